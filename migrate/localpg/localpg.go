@@ -1,0 +1,236 @@
+// Package localpg runs a private PostgreSQL server from the system's
+// binaries: the throwaway dev database of `pinctl migrate diff`, the one
+// server of a test run, and the embedded default of `make run`.
+//
+// The server listens on 127.0.0.1 on a free port, trusts local connections
+// and keeps its data in a directory the caller chooses. initdb refuses to run
+// as root, so when the process is root the server runs as the "postgres"
+// system user, which then owns the data directory.
+package localpg
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"os/user"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	_ "github.com/lib/pq" // database/sql driver "postgres"
+)
+
+// Server is a running local PostgreSQL server.
+type Server struct {
+	dir  string // data directory
+	bin  string // directory of the server binaries
+	port int
+	cred *syscall.Credential
+}
+
+// Options tune Start.
+type Options struct {
+	// Durable keeps fsync on. Tests and throwaway dev databases turn it off
+	// (the default) because they never survive a crash anyway.
+	Durable bool
+	// Port to listen on; 0 picks a free one. A data directory that already
+	// holds a running server keeps its port.
+	Port int
+}
+
+// ErrNoBinaries reports that no PostgreSQL server binaries were found.
+var ErrNoBinaries = errors.New("localpg: no PostgreSQL server binaries found (looked in $PG_BIN, /usr/lib/postgresql/*/bin and $PATH); install them with `apt-get install -y postgresql`")
+
+// BinDir finds the directory of initdb, pg_ctl and postgres: $PG_BIN, else
+// the newest /usr/lib/postgresql/*/bin, else the directory of initdb on $PATH.
+func BinDir() (string, error) {
+	if d := os.Getenv("PG_BIN"); d != "" {
+		return d, nil
+	}
+	dirs, _ := filepath.Glob("/usr/lib/postgresql/*/bin")
+	sort.Slice(dirs, func(i, j int) bool { return pgVersion(dirs[i]) > pgVersion(dirs[j]) })
+	for _, d := range dirs {
+		if _, err := os.Stat(filepath.Join(d, "initdb")); err == nil {
+			return d, nil
+		}
+	}
+	if p, err := exec.LookPath("initdb"); err == nil {
+		return filepath.Dir(p), nil
+	}
+	return "", ErrNoBinaries
+}
+
+func pgVersion(binDir string) int {
+	v, _ := strconv.Atoi(filepath.Base(filepath.Dir(binDir)))
+	return v
+}
+
+// Start initialises dir if it holds no cluster yet, then starts the server,
+// or attaches to the server already running on dir. It waits until the
+// server accepts connections.
+func Start(ctx context.Context, dir string, opts Options) (*Server, error) {
+	bin, err := BinDir()
+	if err != nil {
+		return nil, err
+	}
+	dir, err = filepath.Abs(dir)
+	if err != nil {
+		return nil, err
+	}
+	s := &Server{dir: dir, bin: bin}
+	if os.Geteuid() == 0 {
+		s.cred, err = postgresUser()
+		if err != nil {
+			return nil, err
+		}
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("localpg: %w", err)
+	}
+	if s.cred != nil {
+		if err := os.Chown(dir, int(s.cred.Uid), int(s.cred.Gid)); err != nil {
+			return nil, fmt.Errorf("localpg: %w", err)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(dir, "PG_VERSION")); errors.Is(err, os.ErrNotExist) {
+		if err := s.run(ctx, "initdb", "-D", dir, "-U", "postgres", "--auth=trust", "-E", "UTF8", "--locale=C.UTF-8"); err != nil {
+			return nil, err
+		}
+	}
+	if port, ok := s.runningPort(); ok {
+		s.port = port
+		return s, s.wait(ctx)
+	}
+	s.port = opts.Port
+	if s.port == 0 {
+		if s.port, err = freePort(); err != nil {
+			return nil, err
+		}
+	}
+	conf := []string{
+		"-c listen_addresses=127.0.0.1",
+		"-p " + strconv.Itoa(s.port),
+		"-k " + dir, // unix socket beside the data, never in a shared /var/run
+		"-c max_connections=200",
+	}
+	if !opts.Durable {
+		conf = append(conf, "-c fsync=off", "-c synchronous_commit=off", "-c full_page_writes=off")
+	}
+	if err := s.run(ctx, "pg_ctl", "start", "-w", "-t", "60", "-D", dir,
+		"-l", filepath.Join(dir, "server.log"), "-o", strings.Join(conf, " ")); err != nil {
+		return nil, err
+	}
+	return s, s.wait(ctx)
+}
+
+// URL is the server's connection URL for database db.
+func (s *Server) URL(db string) string {
+	return fmt.Sprintf("postgres://postgres@127.0.0.1:%d/%s?sslmode=disable", s.port, db)
+}
+
+// Port is the server's TCP port.
+func (s *Server) Port() int { return s.port }
+
+// Stop shuts the server down (fast mode: open sessions are ended).
+func (s *Server) Stop() error {
+	return s.run(context.Background(), "pg_ctl", "stop", "-w", "-m", "fast", "-D", s.dir)
+}
+
+func (s *Server) run(ctx context.Context, name string, args ...string) error {
+	cmd := exec.CommandContext(ctx, filepath.Join(s.bin, name), args...)
+	cmd.Dir = s.dir
+	if s.cred != nil {
+		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: s.cred}
+	}
+	cmd.Env = append(os.Environ(), "LC_ALL=C.UTF-8")
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("localpg: %s %s: %w\n%s", name, strings.Join(args, " "), err, strings.TrimSpace(string(out)))
+	}
+	return nil
+}
+
+// runningPort reads postmaster.pid of a live server on dir.
+func (s *Server) runningPort() (int, bool) {
+	b, err := os.ReadFile(filepath.Join(s.dir, "postmaster.pid"))
+	if err != nil {
+		return 0, false
+	}
+	lines := strings.Split(string(b), "\n")
+	if len(lines) < 4 {
+		return 0, false
+	}
+	pid, err1 := strconv.Atoi(strings.TrimSpace(lines[0]))
+	port, err2 := strconv.Atoi(strings.TrimSpace(lines[3]))
+	if err1 != nil || err2 != nil {
+		return 0, false
+	}
+	if p, err := os.FindProcess(pid); err != nil || p.Signal(syscall.Signal(0)) != nil {
+		return 0, false
+	}
+	return port, true
+}
+
+func (s *Server) wait(ctx context.Context) error {
+	db, err := sql.Open("postgres", s.URL("postgres"))
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		err := db.PingContext(ctx)
+		if err == nil {
+			return nil
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			return fmt.Errorf("localpg: server on %s does not answer: %w", s.dir, err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// MkdirTemp makes a fresh temporary directory that the server's user can
+// own and reach.
+func MkdirTemp(pattern string) (string, error) {
+	dir, err := os.MkdirTemp("", pattern)
+	if err != nil {
+		return "", err
+	}
+	if os.Geteuid() == 0 {
+		cred, err := postgresUser()
+		if err != nil {
+			return "", err
+		}
+		if err := os.Chown(dir, int(cred.Uid), int(cred.Gid)); err != nil {
+			return "", err
+		}
+	}
+	return dir, nil
+}
+
+func postgresUser() (*syscall.Credential, error) {
+	u, err := user.Lookup("postgres")
+	if err != nil {
+		return nil, fmt.Errorf("localpg: running as root needs the \"postgres\" system user (installed with the postgresql package): %w", err)
+	}
+	uid, _ := strconv.Atoi(u.Uid)
+	gid, _ := strconv.Atoi(u.Gid)
+	return &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}, nil
+}
+
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, fmt.Errorf("localpg: find a free port: %w", err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
