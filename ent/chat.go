@@ -45,7 +45,7 @@ type ChatEdges struct {
 	// Events holds the value of the events edge.
 	Events []*ChatEvent `json:"events,omitempty"`
 	// Updates holds the value of the updates edge.
-	Updates []*ChatUpdate `json:"updates,omitempty"`
+	Updates []*ChatPush `json:"updates,omitempty"`
 	// loadedTypes holds the information for reporting if a
 	// type was loaded (or requested) in eager-loading or not.
 	loadedTypes [3]bool
@@ -71,7 +71,7 @@ func (e ChatEdges) EventsOrErr() ([]*ChatEvent, error) {
 
 // UpdatesOrErr returns the Updates value or an error if the edge
 // was not loaded in eager-loading.
-func (e ChatEdges) UpdatesOrErr() ([]*ChatUpdate, error) {
+func (e ChatEdges) UpdatesOrErr() ([]*ChatPush, error) {
 	if e.loadedTypes[2] {
 		return e.Updates, nil
 	}
@@ -183,7 +183,7 @@ func (_m *Chat) QueryEvents() *ChatEventQuery {
 }
 
 // QueryUpdates queries the "updates" edge of the Chat entity.
-func (_m *Chat) QueryUpdates() *ChatUpdateQuery {
+func (_m *Chat) QueryUpdates() *ChatPushQuery {
 	return NewChatClient(_m.config).QueryUpdates(_m)
 }
 

@@ -16,7 +16,7 @@ import (
 	"github.com/pin-platform/consumers/ent/chat"
 	"github.com/pin-platform/consumers/ent/chatevent"
 	"github.com/pin-platform/consumers/ent/chatparticipant"
-	"github.com/pin-platform/consumers/ent/chatupdate"
+	"github.com/pin-platform/consumers/ent/chatpush"
 )
 
 // ChatCreate is the builder for creating a Chat entity.
@@ -161,14 +161,14 @@ func (_c *ChatCreate) AddEvents(v ...*ChatEvent) *ChatCreate {
 	return _c.AddEventIDs(ids...)
 }
 
-// AddUpdateIDs adds the "updates" edge to the ChatUpdate entity by IDs.
+// AddUpdateIDs adds the "updates" edge to the ChatPush entity by IDs.
 func (_c *ChatCreate) AddUpdateIDs(ids ...uuid.UUID) *ChatCreate {
 	_c.mutation.AddUpdateIDs(ids...)
 	return _c
 }
 
-// AddUpdates adds the "updates" edges to the ChatUpdate entity.
-func (_c *ChatCreate) AddUpdates(v ...*ChatUpdate) *ChatCreate {
+// AddUpdates adds the "updates" edges to the ChatPush entity.
+func (_c *ChatCreate) AddUpdates(v ...*ChatPush) *ChatCreate {
 	ids := make([]uuid.UUID, len(v))
 	for i := range v {
 		ids[i] = v[i].ID
@@ -346,7 +346,7 @@ func (_c *ChatCreate) createSpec() (*Chat, *sqlgraph.CreateSpec) {
 			Columns: []string{chat.UpdatesColumn},
 			Bidi:    false,
 			Target: &sqlgraph.EdgeTarget{
-				IDSpec: sqlgraph.NewFieldSpec(chatupdate.FieldID, field.TypeUUID),
+				IDSpec: sqlgraph.NewFieldSpec(chatpush.FieldID, field.TypeUUID),
 			},
 		}
 		for _, k := range nodes {

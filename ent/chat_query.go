@@ -17,7 +17,7 @@ import (
 	"github.com/pin-platform/consumers/ent/chat"
 	"github.com/pin-platform/consumers/ent/chatevent"
 	"github.com/pin-platform/consumers/ent/chatparticipant"
-	"github.com/pin-platform/consumers/ent/chatupdate"
+	"github.com/pin-platform/consumers/ent/chatpush"
 	"github.com/pin-platform/consumers/ent/predicate"
 )
 
@@ -30,7 +30,7 @@ type ChatQuery struct {
 	predicates       []predicate.Chat
 	withParticipants *ChatParticipantQuery
 	withEvents       *ChatEventQuery
-	withUpdates      *ChatUpdateQuery
+	withUpdates      *ChatPushQuery
 	modifiers        []func(*sql.Selector)
 	// intermediate query (i.e. traversal path).
 	sql  *sql.Selector
@@ -113,8 +113,8 @@ func (_q *ChatQuery) QueryEvents() *ChatEventQuery {
 }
 
 // QueryUpdates chains the current query on the "updates" edge.
-func (_q *ChatQuery) QueryUpdates() *ChatUpdateQuery {
-	query := (&ChatUpdateClient{config: _q.config}).Query()
+func (_q *ChatQuery) QueryUpdates() *ChatPushQuery {
+	query := (&ChatPushClient{config: _q.config}).Query()
 	query.path = func(ctx context.Context) (fromU *sql.Selector, err error) {
 		if err := _q.prepareQuery(ctx); err != nil {
 			return nil, err
@@ -125,7 +125,7 @@ func (_q *ChatQuery) QueryUpdates() *ChatUpdateQuery {
 		}
 		step := sqlgraph.NewStep(
 			sqlgraph.From(chat.Table, chat.FieldID, selector),
-			sqlgraph.To(chatupdate.Table, chatupdate.FieldID),
+			sqlgraph.To(chatpush.Table, chatpush.FieldID),
 			sqlgraph.Edge(sqlgraph.O2M, false, chat.UpdatesTable, chat.UpdatesColumn),
 		)
 		fromU = sqlgraph.SetNeighbors(_q.driver.Dialect(), step)
@@ -360,8 +360,8 @@ func (_q *ChatQuery) WithEvents(opts ...func(*ChatEventQuery)) *ChatQuery {
 
 // WithUpdates tells the query-builder to eager-load the nodes that are connected to
 // the "updates" edge. The optional arguments are used to configure the query builder of the edge.
-func (_q *ChatQuery) WithUpdates(opts ...func(*ChatUpdateQuery)) *ChatQuery {
-	query := (&ChatUpdateClient{config: _q.config}).Query()
+func (_q *ChatQuery) WithUpdates(opts ...func(*ChatPushQuery)) *ChatQuery {
+	query := (&ChatPushClient{config: _q.config}).Query()
 	for _, opt := range opts {
 		opt(query)
 	}
@@ -490,8 +490,8 @@ func (_q *ChatQuery) sqlAll(ctx context.Context, hooks ...queryHook) ([]*Chat, e
 	}
 	if query := _q.withUpdates; query != nil {
 		if err := _q.loadUpdates(ctx, query, nodes,
-			func(n *Chat) { n.Edges.Updates = []*ChatUpdate{} },
-			func(n *Chat, e *ChatUpdate) { n.Edges.Updates = append(n.Edges.Updates, e) }); err != nil {
+			func(n *Chat) { n.Edges.Updates = []*ChatPush{} },
+			func(n *Chat, e *ChatPush) { n.Edges.Updates = append(n.Edges.Updates, e) }); err != nil {
 			return nil, err
 		}
 	}
@@ -558,7 +558,7 @@ func (_q *ChatQuery) loadEvents(ctx context.Context, query *ChatEventQuery, node
 	}
 	return nil
 }
-func (_q *ChatQuery) loadUpdates(ctx context.Context, query *ChatUpdateQuery, nodes []*Chat, init func(*Chat), assign func(*Chat, *ChatUpdate)) error {
+func (_q *ChatQuery) loadUpdates(ctx context.Context, query *ChatPushQuery, nodes []*Chat, init func(*Chat), assign func(*Chat, *ChatPush)) error {
 	fks := make([]driver.Value, 0, len(nodes))
 	nodeids := make(map[uuid.UUID]*Chat)
 	for i := range nodes {
@@ -569,9 +569,9 @@ func (_q *ChatQuery) loadUpdates(ctx context.Context, query *ChatUpdateQuery, no
 		}
 	}
 	if len(query.ctx.Fields) > 0 {
-		query.ctx.AppendFieldOnce(chatupdate.FieldChatID)
+		query.ctx.AppendFieldOnce(chatpush.FieldChatID)
 	}
-	query.Where(predicate.ChatUpdate(func(s *sql.Selector) {
+	query.Where(predicate.ChatPush(func(s *sql.Selector) {
 		s.Where(sql.InValues(s.C(chat.UpdatesColumn), fks...))
 	}))
 	neighbors, err := query.All(ctx)

@@ -15,7 +15,7 @@ import (
 	"github.com/pin-platform/consumers/ent/chat"
 	"github.com/pin-platform/consumers/ent/chatevent"
 	"github.com/pin-platform/consumers/ent/chatparticipant"
-	"github.com/pin-platform/consumers/ent/chatupdate"
+	"github.com/pin-platform/consumers/ent/chatpush"
 	"github.com/pin-platform/consumers/ent/predicate"
 )
 
@@ -171,14 +171,14 @@ func (_u *ChatUpdate) AddEvents(v ...*ChatEvent) *ChatUpdate {
 	return _u.AddEventIDs(ids...)
 }
 
-// AddUpdateIDs adds the "updates" edge to the ChatUpdate entity by IDs.
+// AddUpdateIDs adds the "updates" edge to the ChatPush entity by IDs.
 func (_u *ChatUpdate) AddUpdateIDs(ids ...uuid.UUID) *ChatUpdate {
 	_u.mutation.AddUpdateIDs(ids...)
 	return _u
 }
 
-// AddUpdates adds the "updates" edges to the ChatUpdate entity.
-func (_u *ChatUpdate) AddUpdates(v ...*ChatUpdate) *ChatUpdate {
+// AddUpdates adds the "updates" edges to the ChatPush entity.
+func (_u *ChatUpdate) AddUpdates(v ...*ChatPush) *ChatUpdate {
 	ids := make([]uuid.UUID, len(v))
 	for i := range v {
 		ids[i] = v[i].ID
@@ -233,20 +233,20 @@ func (_u *ChatUpdate) RemoveEvents(v ...*ChatEvent) *ChatUpdate {
 	return _u.RemoveEventIDs(ids...)
 }
 
-// ClearUpdates clears all "updates" edges to the ChatUpdate entity.
+// ClearUpdates clears all "updates" edges to the ChatPush entity.
 func (_u *ChatUpdate) ClearUpdates() *ChatUpdate {
 	_u.mutation.ClearUpdates()
 	return _u
 }
 
-// RemoveUpdateIDs removes the "updates" edge to ChatUpdate entities by IDs.
+// RemoveUpdateIDs removes the "updates" edge to ChatPush entities by IDs.
 func (_u *ChatUpdate) RemoveUpdateIDs(ids ...uuid.UUID) *ChatUpdate {
 	_u.mutation.RemoveUpdateIDs(ids...)
 	return _u
 }
 
-// RemoveUpdates removes "updates" edges to ChatUpdate entities.
-func (_u *ChatUpdate) RemoveUpdates(v ...*ChatUpdate) *ChatUpdate {
+// RemoveUpdates removes "updates" edges to ChatPush entities.
+func (_u *ChatUpdate) RemoveUpdates(v ...*ChatPush) *ChatUpdate {
 	ids := make([]uuid.UUID, len(v))
 	for i := range v {
 		ids[i] = v[i].ID
@@ -449,7 +449,7 @@ func (_u *ChatUpdate) sqlSave(ctx context.Context) (_node int, err error) {
 			Columns: []string{chat.UpdatesColumn},
 			Bidi:    false,
 			Target: &sqlgraph.EdgeTarget{
-				IDSpec: sqlgraph.NewFieldSpec(chatupdate.FieldID, field.TypeUUID),
+				IDSpec: sqlgraph.NewFieldSpec(chatpush.FieldID, field.TypeUUID),
 			},
 		}
 		_spec.Edges.Clear = append(_spec.Edges.Clear, edge)
@@ -462,7 +462,7 @@ func (_u *ChatUpdate) sqlSave(ctx context.Context) (_node int, err error) {
 			Columns: []string{chat.UpdatesColumn},
 			Bidi:    false,
 			Target: &sqlgraph.EdgeTarget{
-				IDSpec: sqlgraph.NewFieldSpec(chatupdate.FieldID, field.TypeUUID),
+				IDSpec: sqlgraph.NewFieldSpec(chatpush.FieldID, field.TypeUUID),
 			},
 		}
 		for _, k := range nodes {
@@ -478,7 +478,7 @@ func (_u *ChatUpdate) sqlSave(ctx context.Context) (_node int, err error) {
 			Columns: []string{chat.UpdatesColumn},
 			Bidi:    false,
 			Target: &sqlgraph.EdgeTarget{
-				IDSpec: sqlgraph.NewFieldSpec(chatupdate.FieldID, field.TypeUUID),
+				IDSpec: sqlgraph.NewFieldSpec(chatpush.FieldID, field.TypeUUID),
 			},
 		}
 		for _, k := range nodes {
@@ -646,14 +646,14 @@ func (_u *ChatUpdateOne) AddEvents(v ...*ChatEvent) *ChatUpdateOne {
 	return _u.AddEventIDs(ids...)
 }
 
-// AddUpdateIDs adds the "updates" edge to the ChatUpdate entity by IDs.
+// AddUpdateIDs adds the "updates" edge to the ChatPush entity by IDs.
 func (_u *ChatUpdateOne) AddUpdateIDs(ids ...uuid.UUID) *ChatUpdateOne {
 	_u.mutation.AddUpdateIDs(ids...)
 	return _u
 }
 
-// AddUpdates adds the "updates" edges to the ChatUpdate entity.
-func (_u *ChatUpdateOne) AddUpdates(v ...*ChatUpdate) *ChatUpdateOne {
+// AddUpdates adds the "updates" edges to the ChatPush entity.
+func (_u *ChatUpdateOne) AddUpdates(v ...*ChatPush) *ChatUpdateOne {
 	ids := make([]uuid.UUID, len(v))
 	for i := range v {
 		ids[i] = v[i].ID
@@ -708,20 +708,20 @@ func (_u *ChatUpdateOne) RemoveEvents(v ...*ChatEvent) *ChatUpdateOne {
 	return _u.RemoveEventIDs(ids...)
 }
 
-// ClearUpdates clears all "updates" edges to the ChatUpdate entity.
+// ClearUpdates clears all "updates" edges to the ChatPush entity.
 func (_u *ChatUpdateOne) ClearUpdates() *ChatUpdateOne {
 	_u.mutation.ClearUpdates()
 	return _u
 }
 
-// RemoveUpdateIDs removes the "updates" edge to ChatUpdate entities by IDs.
+// RemoveUpdateIDs removes the "updates" edge to ChatPush entities by IDs.
 func (_u *ChatUpdateOne) RemoveUpdateIDs(ids ...uuid.UUID) *ChatUpdateOne {
 	_u.mutation.RemoveUpdateIDs(ids...)
 	return _u
 }
 
-// RemoveUpdates removes "updates" edges to ChatUpdate entities.
-func (_u *ChatUpdateOne) RemoveUpdates(v ...*ChatUpdate) *ChatUpdateOne {
+// RemoveUpdates removes "updates" edges to ChatPush entities.
+func (_u *ChatUpdateOne) RemoveUpdates(v ...*ChatPush) *ChatUpdateOne {
 	ids := make([]uuid.UUID, len(v))
 	for i := range v {
 		ids[i] = v[i].ID
@@ -954,7 +954,7 @@ func (_u *ChatUpdateOne) sqlSave(ctx context.Context) (_node *Chat, err error) {
 			Columns: []string{chat.UpdatesColumn},
 			Bidi:    false,
 			Target: &sqlgraph.EdgeTarget{
-				IDSpec: sqlgraph.NewFieldSpec(chatupdate.FieldID, field.TypeUUID),
+				IDSpec: sqlgraph.NewFieldSpec(chatpush.FieldID, field.TypeUUID),
 			},
 		}
 		_spec.Edges.Clear = append(_spec.Edges.Clear, edge)
@@ -967,7 +967,7 @@ func (_u *ChatUpdateOne) sqlSave(ctx context.Context) (_node *Chat, err error) {
 			Columns: []string{chat.UpdatesColumn},
 			Bidi:    false,
 			Target: &sqlgraph.EdgeTarget{
-				IDSpec: sqlgraph.NewFieldSpec(chatupdate.FieldID, field.TypeUUID),
+				IDSpec: sqlgraph.NewFieldSpec(chatpush.FieldID, field.TypeUUID),
 			},
 		}
 		for _, k := range nodes {
@@ -983,7 +983,7 @@ func (_u *ChatUpdateOne) sqlSave(ctx context.Context) (_node *Chat, err error) {
 			Columns: []string{chat.UpdatesColumn},
 			Bidi:    false,
 			Target: &sqlgraph.EdgeTarget{
-				IDSpec: sqlgraph.NewFieldSpec(chatupdate.FieldID, field.TypeUUID),
+				IDSpec: sqlgraph.NewFieldSpec(chatpush.FieldID, field.TypeUUID),
 			},
 		}
 		for _, k := range nodes {

@@ -19,7 +19,7 @@ import (
 	"github.com/pin-platform/consumers/ent/chat"
 	"github.com/pin-platform/consumers/ent/chatevent"
 	"github.com/pin-platform/consumers/ent/chatparticipant"
-	"github.com/pin-platform/consumers/ent/chatupdate"
+	"github.com/pin-platform/consumers/ent/chatpush"
 	"github.com/pin-platform/consumers/ent/lead"
 	"github.com/pin-platform/consumers/ent/leadevent"
 	"github.com/pin-platform/consumers/ent/parkedmessage"
@@ -40,8 +40,8 @@ type Client struct {
 	ChatEvent *ChatEventClient
 	// ChatParticipant is the client for interacting with the ChatParticipant builders.
 	ChatParticipant *ChatParticipantClient
-	// ChatUpdate is the client for interacting with the ChatUpdate builders.
-	ChatUpdate *ChatUpdateClient
+	// ChatPush is the client for interacting with the ChatPush builders.
+	ChatPush *ChatPushClient
 	// Lead is the client for interacting with the Lead builders.
 	Lead *LeadClient
 	// LeadEvent is the client for interacting with the LeadEvent builders.
@@ -66,7 +66,7 @@ func (c *Client) init() {
 	c.Chat = NewChatClient(c.config)
 	c.ChatEvent = NewChatEventClient(c.config)
 	c.ChatParticipant = NewChatParticipantClient(c.config)
-	c.ChatUpdate = NewChatUpdateClient(c.config)
+	c.ChatPush = NewChatPushClient(c.config)
 	c.Lead = NewLeadClient(c.config)
 	c.LeadEvent = NewLeadEventClient(c.config)
 	c.ParkedMessage = NewParkedMessageClient(c.config)
@@ -167,7 +167,7 @@ func (c *Client) Tx(ctx context.Context) (*Tx, error) {
 		Chat:                NewChatClient(cfg),
 		ChatEvent:           NewChatEventClient(cfg),
 		ChatParticipant:     NewChatParticipantClient(cfg),
-		ChatUpdate:          NewChatUpdateClient(cfg),
+		ChatPush:            NewChatPushClient(cfg),
 		Lead:                NewLeadClient(cfg),
 		LeadEvent:           NewLeadEventClient(cfg),
 		ParkedMessage:       NewParkedMessageClient(cfg),
@@ -195,7 +195,7 @@ func (c *Client) BeginTx(ctx context.Context, opts *sql.TxOptions) (*Tx, error) 
 		Chat:                NewChatClient(cfg),
 		ChatEvent:           NewChatEventClient(cfg),
 		ChatParticipant:     NewChatParticipantClient(cfg),
-		ChatUpdate:          NewChatUpdateClient(cfg),
+		ChatPush:            NewChatPushClient(cfg),
 		Lead:                NewLeadClient(cfg),
 		LeadEvent:           NewLeadEventClient(cfg),
 		ParkedMessage:       NewParkedMessageClient(cfg),
@@ -230,7 +230,7 @@ func (c *Client) Close() error {
 // In order to add hooks to a specific client, call: `client.Node.Use(...)`.
 func (c *Client) Use(hooks ...Hook) {
 	for _, n := range []interface{ Use(...Hook) }{
-		c.Chat, c.ChatEvent, c.ChatParticipant, c.ChatUpdate, c.Lead, c.LeadEvent,
+		c.Chat, c.ChatEvent, c.ChatParticipant, c.ChatPush, c.Lead, c.LeadEvent,
 		c.ParkedMessage, c.ProcessedMessage, c.ReferralBondReplica,
 	} {
 		n.Use(hooks...)
@@ -241,7 +241,7 @@ func (c *Client) Use(hooks ...Hook) {
 // In order to add interceptors to a specific client, call: `client.Node.Intercept(...)`.
 func (c *Client) Intercept(interceptors ...Interceptor) {
 	for _, n := range []interface{ Intercept(...Interceptor) }{
-		c.Chat, c.ChatEvent, c.ChatParticipant, c.ChatUpdate, c.Lead, c.LeadEvent,
+		c.Chat, c.ChatEvent, c.ChatParticipant, c.ChatPush, c.Lead, c.LeadEvent,
 		c.ParkedMessage, c.ProcessedMessage, c.ReferralBondReplica,
 	} {
 		n.Intercept(interceptors...)
@@ -257,8 +257,8 @@ func (c *Client) Mutate(ctx context.Context, m Mutation) (Value, error) {
 		return c.ChatEvent.mutate(ctx, m)
 	case *ChatParticipantMutation:
 		return c.ChatParticipant.mutate(ctx, m)
-	case *ChatUpdateMutation:
-		return c.ChatUpdate.mutate(ctx, m)
+	case *ChatPushMutation:
+		return c.ChatPush.mutate(ctx, m)
 	case *LeadMutation:
 		return c.Lead.mutate(ctx, m)
 	case *LeadEventMutation:
@@ -415,13 +415,13 @@ func (c *ChatClient) QueryEvents(_m *Chat) *ChatEventQuery {
 }
 
 // QueryUpdates queries the updates edge of a Chat.
-func (c *ChatClient) QueryUpdates(_m *Chat) *ChatUpdateQuery {
-	query := (&ChatUpdateClient{config: c.config}).Query()
+func (c *ChatClient) QueryUpdates(_m *Chat) *ChatPushQuery {
+	query := (&ChatPushClient{config: c.config}).Query()
 	query.path = func(context.Context) (fromV *sql.Selector, _ error) {
 		id := _m.ID
 		step := sqlgraph.NewStep(
 			sqlgraph.From(chat.Table, chat.FieldID, id),
-			sqlgraph.To(chatupdate.Table, chatupdate.FieldID),
+			sqlgraph.To(chatpush.Table, chatpush.FieldID),
 			sqlgraph.Edge(sqlgraph.O2M, false, chat.UpdatesTable, chat.UpdatesColumn),
 		)
 		fromV = sqlgraph.Neighbors(_m.driver.Dialect(), step)
@@ -753,107 +753,107 @@ func (c *ChatParticipantClient) mutate(ctx context.Context, m *ChatParticipantMu
 	}
 }
 
-// ChatUpdateClient is a client for the ChatUpdate schema.
-type ChatUpdateClient struct {
+// ChatPushClient is a client for the ChatPush schema.
+type ChatPushClient struct {
 	config
 }
 
-// NewChatUpdateClient returns a client for the ChatUpdate from the given config.
-func NewChatUpdateClient(c config) *ChatUpdateClient {
-	return &ChatUpdateClient{config: c}
+// NewChatPushClient returns a client for the ChatPush from the given config.
+func NewChatPushClient(c config) *ChatPushClient {
+	return &ChatPushClient{config: c}
 }
 
 // Use adds a list of mutation hooks to the hooks stack.
-// A call to `Use(f, g, h)` equals to `chatupdate.Hooks(f(g(h())))`.
-func (c *ChatUpdateClient) Use(hooks ...Hook) {
-	c.hooks.ChatUpdate = append(c.hooks.ChatUpdate, hooks...)
+// A call to `Use(f, g, h)` equals to `chatpush.Hooks(f(g(h())))`.
+func (c *ChatPushClient) Use(hooks ...Hook) {
+	c.hooks.ChatPush = append(c.hooks.ChatPush, hooks...)
 }
 
 // Intercept adds a list of query interceptors to the interceptors stack.
-// A call to `Intercept(f, g, h)` equals to `chatupdate.Intercept(f(g(h())))`.
-func (c *ChatUpdateClient) Intercept(interceptors ...Interceptor) {
-	c.inters.ChatUpdate = append(c.inters.ChatUpdate, interceptors...)
+// A call to `Intercept(f, g, h)` equals to `chatpush.Intercept(f(g(h())))`.
+func (c *ChatPushClient) Intercept(interceptors ...Interceptor) {
+	c.inters.ChatPush = append(c.inters.ChatPush, interceptors...)
 }
 
-// Create returns a builder for creating a ChatUpdate entity.
-func (c *ChatUpdateClient) Create() *ChatUpdateCreate {
-	mutation := newChatUpdateMutation(c.config, OpCreate)
-	return &ChatUpdateCreate{config: c.config, hooks: c.Hooks(), mutation: mutation}
+// Create returns a builder for creating a ChatPush entity.
+func (c *ChatPushClient) Create() *ChatPushCreate {
+	mutation := newChatPushMutation(c.config, OpCreate)
+	return &ChatPushCreate{config: c.config, hooks: c.Hooks(), mutation: mutation}
 }
 
-// CreateBulk returns a builder for creating a bulk of ChatUpdate entities.
-func (c *ChatUpdateClient) CreateBulk(builders ...*ChatUpdateCreate) *ChatUpdateCreateBulk {
-	return &ChatUpdateCreateBulk{config: c.config, builders: builders}
+// CreateBulk returns a builder for creating a bulk of ChatPush entities.
+func (c *ChatPushClient) CreateBulk(builders ...*ChatPushCreate) *ChatPushCreateBulk {
+	return &ChatPushCreateBulk{config: c.config, builders: builders}
 }
 
 // MapCreateBulk creates a bulk creation builder from the given slice. For each item in the slice, the function creates
 // a builder and applies setFunc on it.
-func (c *ChatUpdateClient) MapCreateBulk(slice any, setFunc func(*ChatUpdateCreate, int)) *ChatUpdateCreateBulk {
+func (c *ChatPushClient) MapCreateBulk(slice any, setFunc func(*ChatPushCreate, int)) *ChatPushCreateBulk {
 	rv := reflect.ValueOf(slice)
 	if rv.Kind() != reflect.Slice {
-		return &ChatUpdateCreateBulk{err: fmt.Errorf("calling to ChatUpdateClient.MapCreateBulk with wrong type %T, need slice", slice)}
+		return &ChatPushCreateBulk{err: fmt.Errorf("calling to ChatPushClient.MapCreateBulk with wrong type %T, need slice", slice)}
 	}
-	builders := make([]*ChatUpdateCreate, rv.Len())
+	builders := make([]*ChatPushCreate, rv.Len())
 	for i := 0; i < rv.Len(); i++ {
 		builders[i] = c.Create()
 		setFunc(builders[i], i)
 	}
-	return &ChatUpdateCreateBulk{config: c.config, builders: builders}
+	return &ChatPushCreateBulk{config: c.config, builders: builders}
 }
 
-// Update returns an update builder for ChatUpdate.
-func (c *ChatUpdateClient) Update() *ChatUpdateUpdate {
-	mutation := newChatUpdateMutation(c.config, OpUpdate)
-	return &ChatUpdateUpdate{config: c.config, hooks: c.Hooks(), mutation: mutation}
+// Update returns an update builder for ChatPush.
+func (c *ChatPushClient) Update() *ChatPushUpdate {
+	mutation := newChatPushMutation(c.config, OpUpdate)
+	return &ChatPushUpdate{config: c.config, hooks: c.Hooks(), mutation: mutation}
 }
 
 // UpdateOne returns an update builder for the given entity.
-func (c *ChatUpdateClient) UpdateOne(_m *ChatUpdate) *ChatUpdateUpdateOne {
-	mutation := newChatUpdateMutation(c.config, OpUpdateOne, withChatUpdate(_m))
-	return &ChatUpdateUpdateOne{config: c.config, hooks: c.Hooks(), mutation: mutation}
+func (c *ChatPushClient) UpdateOne(_m *ChatPush) *ChatPushUpdateOne {
+	mutation := newChatPushMutation(c.config, OpUpdateOne, withChatPush(_m))
+	return &ChatPushUpdateOne{config: c.config, hooks: c.Hooks(), mutation: mutation}
 }
 
 // UpdateOneID returns an update builder for the given id.
-func (c *ChatUpdateClient) UpdateOneID(id uuid.UUID) *ChatUpdateUpdateOne {
-	mutation := newChatUpdateMutation(c.config, OpUpdateOne, withChatUpdateID(id))
-	return &ChatUpdateUpdateOne{config: c.config, hooks: c.Hooks(), mutation: mutation}
+func (c *ChatPushClient) UpdateOneID(id uuid.UUID) *ChatPushUpdateOne {
+	mutation := newChatPushMutation(c.config, OpUpdateOne, withChatPushID(id))
+	return &ChatPushUpdateOne{config: c.config, hooks: c.Hooks(), mutation: mutation}
 }
 
-// Delete returns a delete builder for ChatUpdate.
-func (c *ChatUpdateClient) Delete() *ChatUpdateDelete {
-	mutation := newChatUpdateMutation(c.config, OpDelete)
-	return &ChatUpdateDelete{config: c.config, hooks: c.Hooks(), mutation: mutation}
+// Delete returns a delete builder for ChatPush.
+func (c *ChatPushClient) Delete() *ChatPushDelete {
+	mutation := newChatPushMutation(c.config, OpDelete)
+	return &ChatPushDelete{config: c.config, hooks: c.Hooks(), mutation: mutation}
 }
 
 // DeleteOne returns a builder for deleting the given entity.
-func (c *ChatUpdateClient) DeleteOne(_m *ChatUpdate) *ChatUpdateDeleteOne {
+func (c *ChatPushClient) DeleteOne(_m *ChatPush) *ChatPushDeleteOne {
 	return c.DeleteOneID(_m.ID)
 }
 
 // DeleteOneID returns a builder for deleting the given entity by its id.
-func (c *ChatUpdateClient) DeleteOneID(id uuid.UUID) *ChatUpdateDeleteOne {
-	builder := c.Delete().Where(chatupdate.ID(id))
+func (c *ChatPushClient) DeleteOneID(id uuid.UUID) *ChatPushDeleteOne {
+	builder := c.Delete().Where(chatpush.ID(id))
 	builder.mutation.id = &id
 	builder.mutation.op = OpDeleteOne
-	return &ChatUpdateDeleteOne{builder}
+	return &ChatPushDeleteOne{builder}
 }
 
-// Query returns a query builder for ChatUpdate.
-func (c *ChatUpdateClient) Query() *ChatUpdateQuery {
-	return &ChatUpdateQuery{
+// Query returns a query builder for ChatPush.
+func (c *ChatPushClient) Query() *ChatPushQuery {
+	return &ChatPushQuery{
 		config: c.config,
-		ctx:    &QueryContext{Type: TypeChatUpdate},
+		ctx:    &QueryContext{Type: TypeChatPush},
 		inters: c.Interceptors(),
 	}
 }
 
-// Get returns a ChatUpdate entity by its id.
-func (c *ChatUpdateClient) Get(ctx context.Context, id uuid.UUID) (*ChatUpdate, error) {
-	return c.Query().Where(chatupdate.ID(id)).Only(ctx)
+// Get returns a ChatPush entity by its id.
+func (c *ChatPushClient) Get(ctx context.Context, id uuid.UUID) (*ChatPush, error) {
+	return c.Query().Where(chatpush.ID(id)).Only(ctx)
 }
 
 // GetX is like Get, but panics if an error occurs.
-func (c *ChatUpdateClient) GetX(ctx context.Context, id uuid.UUID) *ChatUpdate {
+func (c *ChatPushClient) GetX(ctx context.Context, id uuid.UUID) *ChatPush {
 	obj, err := c.Get(ctx, id)
 	if err != nil {
 		panic(err)
@@ -861,15 +861,15 @@ func (c *ChatUpdateClient) GetX(ctx context.Context, id uuid.UUID) *ChatUpdate {
 	return obj
 }
 
-// QueryChat queries the chat edge of a ChatUpdate.
-func (c *ChatUpdateClient) QueryChat(_m *ChatUpdate) *ChatQuery {
+// QueryChat queries the chat edge of a ChatPush.
+func (c *ChatPushClient) QueryChat(_m *ChatPush) *ChatQuery {
 	query := (&ChatClient{config: c.config}).Query()
 	query.path = func(context.Context) (fromV *sql.Selector, _ error) {
 		id := _m.ID
 		step := sqlgraph.NewStep(
-			sqlgraph.From(chatupdate.Table, chatupdate.FieldID, id),
+			sqlgraph.From(chatpush.Table, chatpush.FieldID, id),
 			sqlgraph.To(chat.Table, chat.FieldID),
-			sqlgraph.Edge(sqlgraph.M2O, true, chatupdate.ChatTable, chatupdate.ChatColumn),
+			sqlgraph.Edge(sqlgraph.M2O, true, chatpush.ChatTable, chatpush.ChatColumn),
 		)
 		fromV = sqlgraph.Neighbors(_m.driver.Dialect(), step)
 		return fromV, nil
@@ -878,27 +878,27 @@ func (c *ChatUpdateClient) QueryChat(_m *ChatUpdate) *ChatQuery {
 }
 
 // Hooks returns the client hooks.
-func (c *ChatUpdateClient) Hooks() []Hook {
-	return c.hooks.ChatUpdate
+func (c *ChatPushClient) Hooks() []Hook {
+	return c.hooks.ChatPush
 }
 
 // Interceptors returns the client interceptors.
-func (c *ChatUpdateClient) Interceptors() []Interceptor {
-	return c.inters.ChatUpdate
+func (c *ChatPushClient) Interceptors() []Interceptor {
+	return c.inters.ChatPush
 }
 
-func (c *ChatUpdateClient) mutate(ctx context.Context, m *ChatUpdateMutation) (Value, error) {
+func (c *ChatPushClient) mutate(ctx context.Context, m *ChatPushMutation) (Value, error) {
 	switch m.Op() {
 	case OpCreate:
-		return (&ChatUpdateCreate{config: c.config, hooks: c.Hooks(), mutation: m}).Save(ctx)
+		return (&ChatPushCreate{config: c.config, hooks: c.Hooks(), mutation: m}).Save(ctx)
 	case OpUpdate:
-		return (&ChatUpdateUpdate{config: c.config, hooks: c.Hooks(), mutation: m}).Save(ctx)
+		return (&ChatPushUpdate{config: c.config, hooks: c.Hooks(), mutation: m}).Save(ctx)
 	case OpUpdateOne:
-		return (&ChatUpdateUpdateOne{config: c.config, hooks: c.Hooks(), mutation: m}).Save(ctx)
+		return (&ChatPushUpdateOne{config: c.config, hooks: c.Hooks(), mutation: m}).Save(ctx)
 	case OpDelete, OpDeleteOne:
-		return (&ChatUpdateDelete{config: c.config, hooks: c.Hooks(), mutation: m}).Exec(ctx)
+		return (&ChatPushDelete{config: c.config, hooks: c.Hooks(), mutation: m}).Exec(ctx)
 	default:
-		return nil, fmt.Errorf("ent: unknown ChatUpdate mutation op: %q", m.Op())
+		return nil, fmt.Errorf("ent: unknown ChatPush mutation op: %q", m.Op())
 	}
 }
 
@@ -1602,11 +1602,11 @@ func (c *ReferralBondReplicaClient) mutate(ctx context.Context, m *ReferralBondR
 // hooks and interceptors per client, for fast access.
 type (
 	hooks struct {
-		Chat, ChatEvent, ChatParticipant, ChatUpdate, Lead, LeadEvent, ParkedMessage,
+		Chat, ChatEvent, ChatParticipant, ChatPush, Lead, LeadEvent, ParkedMessage,
 		ProcessedMessage, ReferralBondReplica []ent.Hook
 	}
 	inters struct {
-		Chat, ChatEvent, ChatParticipant, ChatUpdate, Lead, LeadEvent, ParkedMessage,
+		Chat, ChatEvent, ChatParticipant, ChatPush, Lead, LeadEvent, ParkedMessage,
 		ProcessedMessage, ReferralBondReplica []ent.Interceptor
 	}
 )

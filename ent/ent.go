@@ -15,7 +15,7 @@ import (
 	"github.com/pin-platform/consumers/ent/chat"
 	"github.com/pin-platform/consumers/ent/chatevent"
 	"github.com/pin-platform/consumers/ent/chatparticipant"
-	"github.com/pin-platform/consumers/ent/chatupdate"
+	"github.com/pin-platform/consumers/ent/chatpush"
 	"github.com/pin-platform/consumers/ent/lead"
 	"github.com/pin-platform/consumers/ent/leadevent"
 	"github.com/pin-platform/consumers/ent/parkedmessage"
@@ -84,7 +84,7 @@ func checkColumn(t, c string) error {
 			chat.Table:                chat.ValidColumn,
 			chatevent.Table:           chatevent.ValidColumn,
 			chatparticipant.Table:     chatparticipant.ValidColumn,
-			chatupdate.Table:          chatupdate.ValidColumn,
+			chatpush.Table:            chatpush.ValidColumn,
 			lead.Table:                lead.ValidColumn,
 			leadevent.Table:           leadevent.ValidColumn,
 			parkedmessage.Table:       parkedmessage.ValidColumn,

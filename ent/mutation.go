@@ -16,7 +16,7 @@ import (
 	"github.com/pin-platform/consumers/ent/chat"
 	"github.com/pin-platform/consumers/ent/chatevent"
 	"github.com/pin-platform/consumers/ent/chatparticipant"
-	"github.com/pin-platform/consumers/ent/chatupdate"
+	"github.com/pin-platform/consumers/ent/chatpush"
 	"github.com/pin-platform/consumers/ent/lead"
 	"github.com/pin-platform/consumers/ent/leadevent"
 	"github.com/pin-platform/consumers/ent/parkedmessage"
@@ -39,7 +39,7 @@ const (
 	TypeChat                = "Chat"
 	TypeChatEvent           = "ChatEvent"
 	TypeChatParticipant     = "ChatParticipant"
-	TypeChatUpdate          = "ChatUpdate"
+	TypeChatPush            = "ChatPush"
 	TypeLead                = "Lead"
 	TypeLeadEvent           = "LeadEvent"
 	TypeParkedMessage       = "ParkedMessage"
@@ -621,7 +621,7 @@ func (m *ChatMutation) ResetEvents() {
 	m.removedevents = nil
 }
 
-// AddUpdateIDs adds the "updates" edge to the ChatUpdate entity by ids.
+// AddUpdateIDs adds the "updates" edge to the ChatPush entity by ids.
 func (m *ChatMutation) AddUpdateIDs(ids ...uuid.UUID) {
 	if m.updates == nil {
 		m.updates = make(map[uuid.UUID]struct{})
@@ -631,17 +631,17 @@ func (m *ChatMutation) AddUpdateIDs(ids ...uuid.UUID) {
 	}
 }
 
-// ClearUpdates clears the "updates" edge to the ChatUpdate entity.
+// ClearUpdates clears the "updates" edge to the ChatPush entity.
 func (m *ChatMutation) ClearUpdates() {
 	m.clearedupdates = true
 }
 
-// UpdatesCleared reports if the "updates" edge to the ChatUpdate entity was cleared.
+// UpdatesCleared reports if the "updates" edge to the ChatPush entity was cleared.
 func (m *ChatMutation) UpdatesCleared() bool {
 	return m.clearedupdates
 }
 
-// RemoveUpdateIDs removes the "updates" edge to the ChatUpdate entity by IDs.
+// RemoveUpdateIDs removes the "updates" edge to the ChatPush entity by IDs.
 func (m *ChatMutation) RemoveUpdateIDs(ids ...uuid.UUID) {
 	if m.removedupdates == nil {
 		m.removedupdates = make(map[uuid.UUID]struct{})
@@ -652,7 +652,7 @@ func (m *ChatMutation) RemoveUpdateIDs(ids ...uuid.UUID) {
 	}
 }
 
-// RemovedUpdates returns the removed IDs of the "updates" edge to the ChatUpdate entity.
+// RemovedUpdates returns the removed IDs of the "updates" edge to the ChatPush entity.
 func (m *ChatMutation) RemovedUpdatesIDs() (ids []uuid.UUID) {
 	for id := range m.removedupdates {
 		ids = append(ids, id)
@@ -2502,8 +2502,8 @@ func (m *ChatParticipantMutation) ResetEdge(name string) error {
 	return fmt.Errorf("unknown ChatParticipant edge %s", name)
 }
 
-// ChatUpdateMutation represents an operation that mutates the ChatUpdate nodes in the graph.
-type ChatUpdateMutation struct {
+// ChatPushMutation represents an operation that mutates the ChatPush nodes in the graph.
+type ChatPushMutation struct {
 	config
 	op                 Op
 	typ                string
@@ -2516,21 +2516,21 @@ type ChatUpdateMutation struct {
 	chat               *uuid.UUID
 	clearedchat        bool
 	done               bool
-	oldValue           func(context.Context) (*ChatUpdate, error)
-	predicates         []predicate.ChatUpdate
+	oldValue           func(context.Context) (*ChatPush, error)
+	predicates         []predicate.ChatPush
 }
 
-var _ ent.Mutation = (*ChatUpdateMutation)(nil)
+var _ ent.Mutation = (*ChatPushMutation)(nil)
 
-// chatupdateOption allows management of the mutation configuration using functional options.
-type chatupdateOption func(*ChatUpdateMutation)
+// chatpushOption allows management of the mutation configuration using functional options.
+type chatpushOption func(*ChatPushMutation)
 
-// newChatUpdateMutation creates new mutation for the ChatUpdate entity.
-func newChatUpdateMutation(c config, op Op, opts ...chatupdateOption) *ChatUpdateMutation {
-	m := &ChatUpdateMutation{
+// newChatPushMutation creates new mutation for the ChatPush entity.
+func newChatPushMutation(c config, op Op, opts ...chatpushOption) *ChatPushMutation {
+	m := &ChatPushMutation{
 		config:        c,
 		op:            op,
-		typ:           TypeChatUpdate,
+		typ:           TypeChatPush,
 		clearedFields: make(map[string]struct{}),
 	}
 	for _, opt := range opts {
@@ -2539,20 +2539,20 @@ func newChatUpdateMutation(c config, op Op, opts ...chatupdateOption) *ChatUpdat
 	return m
 }
 
-// withChatUpdateID sets the ID field of the mutation.
-func withChatUpdateID(id uuid.UUID) chatupdateOption {
-	return func(m *ChatUpdateMutation) {
+// withChatPushID sets the ID field of the mutation.
+func withChatPushID(id uuid.UUID) chatpushOption {
+	return func(m *ChatPushMutation) {
 		var (
 			err   error
 			once  sync.Once
-			value *ChatUpdate
+			value *ChatPush
 		)
-		m.oldValue = func(ctx context.Context) (*ChatUpdate, error) {
+		m.oldValue = func(ctx context.Context) (*ChatPush, error) {
 			once.Do(func() {
 				if m.done {
 					err = errors.New("querying old values post mutation is not allowed")
 				} else {
-					value, err = m.Client().ChatUpdate.Get(ctx, id)
+					value, err = m.Client().ChatPush.Get(ctx, id)
 				}
 			})
 			return value, err
@@ -2561,10 +2561,10 @@ func withChatUpdateID(id uuid.UUID) chatupdateOption {
 	}
 }
 
-// withChatUpdate sets the old ChatUpdate of the mutation.
-func withChatUpdate(node *ChatUpdate) chatupdateOption {
-	return func(m *ChatUpdateMutation) {
-		m.oldValue = func(context.Context) (*ChatUpdate, error) {
+// withChatPush sets the old ChatPush of the mutation.
+func withChatPush(node *ChatPush) chatpushOption {
+	return func(m *ChatPushMutation) {
+		m.oldValue = func(context.Context) (*ChatPush, error) {
 			return node, nil
 		}
 		m.id = &node.ID
@@ -2573,7 +2573,7 @@ func withChatUpdate(node *ChatUpdate) chatupdateOption {
 
 // Client returns a new `ent.Client` from the mutation. If the mutation was
 // executed in a transaction (ent.Tx), a transactional client is returned.
-func (m ChatUpdateMutation) Client() *Client {
+func (m ChatPushMutation) Client() *Client {
 	client := &Client{config: m.config}
 	client.init()
 	return client
@@ -2581,7 +2581,7 @@ func (m ChatUpdateMutation) Client() *Client {
 
 // Tx returns an `ent.Tx` for mutations that were executed in transactions;
 // it returns an error otherwise.
-func (m ChatUpdateMutation) Tx() (*Tx, error) {
+func (m ChatPushMutation) Tx() (*Tx, error) {
 	if _, ok := m.driver.(*txDriver); !ok {
 		return nil, errors.New("ent: mutation is not running in a transaction")
 	}
@@ -2591,14 +2591,14 @@ func (m ChatUpdateMutation) Tx() (*Tx, error) {
 }
 
 // SetID sets the value of the id field. Note that this
-// operation is only accepted on creation of ChatUpdate entities.
-func (m *ChatUpdateMutation) SetID(id uuid.UUID) {
+// operation is only accepted on creation of ChatPush entities.
+func (m *ChatPushMutation) SetID(id uuid.UUID) {
 	m.id = &id
 }
 
 // ID returns the ID value in the mutation. Note that the ID is only available
 // if it was provided to the builder or after it was returned from the database.
-func (m *ChatUpdateMutation) ID() (id uuid.UUID, exists bool) {
+func (m *ChatPushMutation) ID() (id uuid.UUID, exists bool) {
 	if m.id == nil {
 		return
 	}
@@ -2609,7 +2609,7 @@ func (m *ChatUpdateMutation) ID() (id uuid.UUID, exists bool) {
 // That means, if the mutation is applied within a transaction with an isolation level such
 // as sql.LevelSerializable, the returned ids match the ids of the rows that will be updated
 // or updated by the mutation.
-func (m *ChatUpdateMutation) IDs(ctx context.Context) ([]uuid.UUID, error) {
+func (m *ChatPushMutation) IDs(ctx context.Context) ([]uuid.UUID, error) {
 	switch {
 	case m.op.Is(OpUpdateOne | OpDeleteOne):
 		id, exists := m.ID()
@@ -2618,19 +2618,19 @@ func (m *ChatUpdateMutation) IDs(ctx context.Context) ([]uuid.UUID, error) {
 		}
 		fallthrough
 	case m.op.Is(OpUpdate | OpDelete):
-		return m.Client().ChatUpdate.Query().Where(m.predicates...).IDs(ctx)
+		return m.Client().ChatPush.Query().Where(m.predicates...).IDs(ctx)
 	default:
 		return nil, fmt.Errorf("IDs is not allowed on %s operations", m.op)
 	}
 }
 
 // SetChatID sets the "chat_id" field.
-func (m *ChatUpdateMutation) SetChatID(u uuid.UUID) {
+func (m *ChatPushMutation) SetChatID(u uuid.UUID) {
 	m.chat = &u
 }
 
 // ChatID returns the value of the "chat_id" field in the mutation.
-func (m *ChatUpdateMutation) ChatID() (r uuid.UUID, exists bool) {
+func (m *ChatPushMutation) ChatID() (r uuid.UUID, exists bool) {
 	v := m.chat
 	if v == nil {
 		return
@@ -2638,10 +2638,10 @@ func (m *ChatUpdateMutation) ChatID() (r uuid.UUID, exists bool) {
 	return *v, true
 }
 
-// OldChatID returns the old "chat_id" field's value of the ChatUpdate entity.
-// If the ChatUpdate object wasn't provided to the builder, the object is fetched from the database.
+// OldChatID returns the old "chat_id" field's value of the ChatPush entity.
+// If the ChatPush object wasn't provided to the builder, the object is fetched from the database.
 // An error is returned if the mutation operation is not UpdateOne, or the database query fails.
-func (m *ChatUpdateMutation) OldChatID(ctx context.Context) (v uuid.UUID, err error) {
+func (m *ChatPushMutation) OldChatID(ctx context.Context) (v uuid.UUID, err error) {
 	if !m.op.Is(OpUpdateOne) {
 		return v, errors.New("OldChatID is only allowed on UpdateOne operations")
 	}
@@ -2656,17 +2656,17 @@ func (m *ChatUpdateMutation) OldChatID(ctx context.Context) (v uuid.UUID, err er
 }
 
 // ResetChatID resets all changes to the "chat_id" field.
-func (m *ChatUpdateMutation) ResetChatID() {
+func (m *ChatPushMutation) ResetChatID() {
 	m.chat = nil
 }
 
 // SetRecipientUserIds sets the "recipient_user_ids" field.
-func (m *ChatUpdateMutation) SetRecipientUserIds(ud uuidarray.UUIDs) {
+func (m *ChatPushMutation) SetRecipientUserIds(ud uuidarray.UUIDs) {
 	m.recipient_user_ids = &ud
 }
 
 // RecipientUserIds returns the value of the "recipient_user_ids" field in the mutation.
-func (m *ChatUpdateMutation) RecipientUserIds() (r uuidarray.UUIDs, exists bool) {
+func (m *ChatPushMutation) RecipientUserIds() (r uuidarray.UUIDs, exists bool) {
 	v := m.recipient_user_ids
 	if v == nil {
 		return
@@ -2674,10 +2674,10 @@ func (m *ChatUpdateMutation) RecipientUserIds() (r uuidarray.UUIDs, exists bool)
 	return *v, true
 }
 
-// OldRecipientUserIds returns the old "recipient_user_ids" field's value of the ChatUpdate entity.
-// If the ChatUpdate object wasn't provided to the builder, the object is fetched from the database.
+// OldRecipientUserIds returns the old "recipient_user_ids" field's value of the ChatPush entity.
+// If the ChatPush object wasn't provided to the builder, the object is fetched from the database.
 // An error is returned if the mutation operation is not UpdateOne, or the database query fails.
-func (m *ChatUpdateMutation) OldRecipientUserIds(ctx context.Context) (v uuidarray.UUIDs, err error) {
+func (m *ChatPushMutation) OldRecipientUserIds(ctx context.Context) (v uuidarray.UUIDs, err error) {
 	if !m.op.Is(OpUpdateOne) {
 		return v, errors.New("OldRecipientUserIds is only allowed on UpdateOne operations")
 	}
@@ -2692,17 +2692,17 @@ func (m *ChatUpdateMutation) OldRecipientUserIds(ctx context.Context) (v uuidarr
 }
 
 // ResetRecipientUserIds resets all changes to the "recipient_user_ids" field.
-func (m *ChatUpdateMutation) ResetRecipientUserIds() {
+func (m *ChatPushMutation) ResetRecipientUserIds() {
 	m.recipient_user_ids = nil
 }
 
 // SetRevokedUserIds sets the "revoked_user_ids" field.
-func (m *ChatUpdateMutation) SetRevokedUserIds(ud uuidarray.UUIDs) {
+func (m *ChatPushMutation) SetRevokedUserIds(ud uuidarray.UUIDs) {
 	m.revoked_user_ids = &ud
 }
 
 // RevokedUserIds returns the value of the "revoked_user_ids" field in the mutation.
-func (m *ChatUpdateMutation) RevokedUserIds() (r uuidarray.UUIDs, exists bool) {
+func (m *ChatPushMutation) RevokedUserIds() (r uuidarray.UUIDs, exists bool) {
 	v := m.revoked_user_ids
 	if v == nil {
 		return
@@ -2710,10 +2710,10 @@ func (m *ChatUpdateMutation) RevokedUserIds() (r uuidarray.UUIDs, exists bool) {
 	return *v, true
 }
 
-// OldRevokedUserIds returns the old "revoked_user_ids" field's value of the ChatUpdate entity.
-// If the ChatUpdate object wasn't provided to the builder, the object is fetched from the database.
+// OldRevokedUserIds returns the old "revoked_user_ids" field's value of the ChatPush entity.
+// If the ChatPush object wasn't provided to the builder, the object is fetched from the database.
 // An error is returned if the mutation operation is not UpdateOne, or the database query fails.
-func (m *ChatUpdateMutation) OldRevokedUserIds(ctx context.Context) (v uuidarray.UUIDs, err error) {
+func (m *ChatPushMutation) OldRevokedUserIds(ctx context.Context) (v uuidarray.UUIDs, err error) {
 	if !m.op.Is(OpUpdateOne) {
 		return v, errors.New("OldRevokedUserIds is only allowed on UpdateOne operations")
 	}
@@ -2728,17 +2728,17 @@ func (m *ChatUpdateMutation) OldRevokedUserIds(ctx context.Context) (v uuidarray
 }
 
 // ResetRevokedUserIds resets all changes to the "revoked_user_ids" field.
-func (m *ChatUpdateMutation) ResetRevokedUserIds() {
+func (m *ChatPushMutation) ResetRevokedUserIds() {
 	m.revoked_user_ids = nil
 }
 
 // SetCreatedAt sets the "created_at" field.
-func (m *ChatUpdateMutation) SetCreatedAt(t time.Time) {
+func (m *ChatPushMutation) SetCreatedAt(t time.Time) {
 	m.created_at = &t
 }
 
 // CreatedAt returns the value of the "created_at" field in the mutation.
-func (m *ChatUpdateMutation) CreatedAt() (r time.Time, exists bool) {
+func (m *ChatPushMutation) CreatedAt() (r time.Time, exists bool) {
 	v := m.created_at
 	if v == nil {
 		return
@@ -2746,10 +2746,10 @@ func (m *ChatUpdateMutation) CreatedAt() (r time.Time, exists bool) {
 	return *v, true
 }
 
-// OldCreatedAt returns the old "created_at" field's value of the ChatUpdate entity.
-// If the ChatUpdate object wasn't provided to the builder, the object is fetched from the database.
+// OldCreatedAt returns the old "created_at" field's value of the ChatPush entity.
+// If the ChatPush object wasn't provided to the builder, the object is fetched from the database.
 // An error is returned if the mutation operation is not UpdateOne, or the database query fails.
-func (m *ChatUpdateMutation) OldCreatedAt(ctx context.Context) (v time.Time, err error) {
+func (m *ChatPushMutation) OldCreatedAt(ctx context.Context) (v time.Time, err error) {
 	if !m.op.Is(OpUpdateOne) {
 		return v, errors.New("OldCreatedAt is only allowed on UpdateOne operations")
 	}
@@ -2764,17 +2764,17 @@ func (m *ChatUpdateMutation) OldCreatedAt(ctx context.Context) (v time.Time, err
 }
 
 // ResetCreatedAt resets all changes to the "created_at" field.
-func (m *ChatUpdateMutation) ResetCreatedAt() {
+func (m *ChatPushMutation) ResetCreatedAt() {
 	m.created_at = nil
 }
 
 // SetPushedAt sets the "pushed_at" field.
-func (m *ChatUpdateMutation) SetPushedAt(t time.Time) {
+func (m *ChatPushMutation) SetPushedAt(t time.Time) {
 	m.pushed_at = &t
 }
 
 // PushedAt returns the value of the "pushed_at" field in the mutation.
-func (m *ChatUpdateMutation) PushedAt() (r time.Time, exists bool) {
+func (m *ChatPushMutation) PushedAt() (r time.Time, exists bool) {
 	v := m.pushed_at
 	if v == nil {
 		return
@@ -2782,10 +2782,10 @@ func (m *ChatUpdateMutation) PushedAt() (r time.Time, exists bool) {
 	return *v, true
 }
 
-// OldPushedAt returns the old "pushed_at" field's value of the ChatUpdate entity.
-// If the ChatUpdate object wasn't provided to the builder, the object is fetched from the database.
+// OldPushedAt returns the old "pushed_at" field's value of the ChatPush entity.
+// If the ChatPush object wasn't provided to the builder, the object is fetched from the database.
 // An error is returned if the mutation operation is not UpdateOne, or the database query fails.
-func (m *ChatUpdateMutation) OldPushedAt(ctx context.Context) (v *time.Time, err error) {
+func (m *ChatPushMutation) OldPushedAt(ctx context.Context) (v *time.Time, err error) {
 	if !m.op.Is(OpUpdateOne) {
 		return v, errors.New("OldPushedAt is only allowed on UpdateOne operations")
 	}
@@ -2800,38 +2800,38 @@ func (m *ChatUpdateMutation) OldPushedAt(ctx context.Context) (v *time.Time, err
 }
 
 // ClearPushedAt clears the value of the "pushed_at" field.
-func (m *ChatUpdateMutation) ClearPushedAt() {
+func (m *ChatPushMutation) ClearPushedAt() {
 	m.pushed_at = nil
-	m.clearedFields[chatupdate.FieldPushedAt] = struct{}{}
+	m.clearedFields[chatpush.FieldPushedAt] = struct{}{}
 }
 
 // PushedAtCleared returns if the "pushed_at" field was cleared in this mutation.
-func (m *ChatUpdateMutation) PushedAtCleared() bool {
-	_, ok := m.clearedFields[chatupdate.FieldPushedAt]
+func (m *ChatPushMutation) PushedAtCleared() bool {
+	_, ok := m.clearedFields[chatpush.FieldPushedAt]
 	return ok
 }
 
 // ResetPushedAt resets all changes to the "pushed_at" field.
-func (m *ChatUpdateMutation) ResetPushedAt() {
+func (m *ChatPushMutation) ResetPushedAt() {
 	m.pushed_at = nil
-	delete(m.clearedFields, chatupdate.FieldPushedAt)
+	delete(m.clearedFields, chatpush.FieldPushedAt)
 }
 
 // ClearChat clears the "chat" edge to the Chat entity.
-func (m *ChatUpdateMutation) ClearChat() {
+func (m *ChatPushMutation) ClearChat() {
 	m.clearedchat = true
-	m.clearedFields[chatupdate.FieldChatID] = struct{}{}
+	m.clearedFields[chatpush.FieldChatID] = struct{}{}
 }
 
 // ChatCleared reports if the "chat" edge to the Chat entity was cleared.
-func (m *ChatUpdateMutation) ChatCleared() bool {
+func (m *ChatPushMutation) ChatCleared() bool {
 	return m.clearedchat
 }
 
 // ChatIDs returns the "chat" edge IDs in the mutation.
 // Note that IDs always returns len(IDs) <= 1 for unique edges, and you should use
 // ChatID instead. It exists only for internal usage by the builders.
-func (m *ChatUpdateMutation) ChatIDs() (ids []uuid.UUID) {
+func (m *ChatPushMutation) ChatIDs() (ids []uuid.UUID) {
 	if id := m.chat; id != nil {
 		ids = append(ids, *id)
 	}
@@ -2839,20 +2839,20 @@ func (m *ChatUpdateMutation) ChatIDs() (ids []uuid.UUID) {
 }
 
 // ResetChat resets all changes to the "chat" edge.
-func (m *ChatUpdateMutation) ResetChat() {
+func (m *ChatPushMutation) ResetChat() {
 	m.chat = nil
 	m.clearedchat = false
 }
 
-// Where appends a list predicates to the ChatUpdateMutation builder.
-func (m *ChatUpdateMutation) Where(ps ...predicate.ChatUpdate) {
+// Where appends a list predicates to the ChatPushMutation builder.
+func (m *ChatPushMutation) Where(ps ...predicate.ChatPush) {
 	m.predicates = append(m.predicates, ps...)
 }
 
-// WhereP appends storage-level predicates to the ChatUpdateMutation builder. Using this method,
+// WhereP appends storage-level predicates to the ChatPushMutation builder. Using this method,
 // users can use type-assertion to append predicates that do not depend on any generated package.
-func (m *ChatUpdateMutation) WhereP(ps ...func(*sql.Selector)) {
-	p := make([]predicate.ChatUpdate, len(ps))
+func (m *ChatPushMutation) WhereP(ps ...func(*sql.Selector)) {
+	p := make([]predicate.ChatPush, len(ps))
 	for i := range ps {
 		p[i] = ps[i]
 	}
@@ -2860,39 +2860,39 @@ func (m *ChatUpdateMutation) WhereP(ps ...func(*sql.Selector)) {
 }
 
 // Op returns the operation name.
-func (m *ChatUpdateMutation) Op() Op {
+func (m *ChatPushMutation) Op() Op {
 	return m.op
 }
 
 // SetOp allows setting the mutation operation.
-func (m *ChatUpdateMutation) SetOp(op Op) {
+func (m *ChatPushMutation) SetOp(op Op) {
 	m.op = op
 }
 
-// Type returns the node type of this mutation (ChatUpdate).
-func (m *ChatUpdateMutation) Type() string {
+// Type returns the node type of this mutation (ChatPush).
+func (m *ChatPushMutation) Type() string {
 	return m.typ
 }
 
 // Fields returns all fields that were changed during this mutation. Note that in
 // order to get all numeric fields that were incremented/decremented, call
 // AddedFields().
-func (m *ChatUpdateMutation) Fields() []string {
+func (m *ChatPushMutation) Fields() []string {
 	fields := make([]string, 0, 5)
 	if m.chat != nil {
-		fields = append(fields, chatupdate.FieldChatID)
+		fields = append(fields, chatpush.FieldChatID)
 	}
 	if m.recipient_user_ids != nil {
-		fields = append(fields, chatupdate.FieldRecipientUserIds)
+		fields = append(fields, chatpush.FieldRecipientUserIds)
 	}
 	if m.revoked_user_ids != nil {
-		fields = append(fields, chatupdate.FieldRevokedUserIds)
+		fields = append(fields, chatpush.FieldRevokedUserIds)
 	}
 	if m.created_at != nil {
-		fields = append(fields, chatupdate.FieldCreatedAt)
+		fields = append(fields, chatpush.FieldCreatedAt)
 	}
 	if m.pushed_at != nil {
-		fields = append(fields, chatupdate.FieldPushedAt)
+		fields = append(fields, chatpush.FieldPushedAt)
 	}
 	return fields
 }
@@ -2900,17 +2900,17 @@ func (m *ChatUpdateMutation) Fields() []string {
 // Field returns the value of a field with the given name. The second boolean
 // return value indicates that this field was not set, or was not defined in the
 // schema.
-func (m *ChatUpdateMutation) Field(name string) (ent.Value, bool) {
+func (m *ChatPushMutation) Field(name string) (ent.Value, bool) {
 	switch name {
-	case chatupdate.FieldChatID:
+	case chatpush.FieldChatID:
 		return m.ChatID()
-	case chatupdate.FieldRecipientUserIds:
+	case chatpush.FieldRecipientUserIds:
 		return m.RecipientUserIds()
-	case chatupdate.FieldRevokedUserIds:
+	case chatpush.FieldRevokedUserIds:
 		return m.RevokedUserIds()
-	case chatupdate.FieldCreatedAt:
+	case chatpush.FieldCreatedAt:
 		return m.CreatedAt()
-	case chatupdate.FieldPushedAt:
+	case chatpush.FieldPushedAt:
 		return m.PushedAt()
 	}
 	return nil, false
@@ -2919,56 +2919,56 @@ func (m *ChatUpdateMutation) Field(name string) (ent.Value, bool) {
 // OldField returns the old value of the field from the database. An error is
 // returned if the mutation operation is not UpdateOne, or the query to the
 // database failed.
-func (m *ChatUpdateMutation) OldField(ctx context.Context, name string) (ent.Value, error) {
+func (m *ChatPushMutation) OldField(ctx context.Context, name string) (ent.Value, error) {
 	switch name {
-	case chatupdate.FieldChatID:
+	case chatpush.FieldChatID:
 		return m.OldChatID(ctx)
-	case chatupdate.FieldRecipientUserIds:
+	case chatpush.FieldRecipientUserIds:
 		return m.OldRecipientUserIds(ctx)
-	case chatupdate.FieldRevokedUserIds:
+	case chatpush.FieldRevokedUserIds:
 		return m.OldRevokedUserIds(ctx)
-	case chatupdate.FieldCreatedAt:
+	case chatpush.FieldCreatedAt:
 		return m.OldCreatedAt(ctx)
-	case chatupdate.FieldPushedAt:
+	case chatpush.FieldPushedAt:
 		return m.OldPushedAt(ctx)
 	}
-	return nil, fmt.Errorf("unknown ChatUpdate field %s", name)
+	return nil, fmt.Errorf("unknown ChatPush field %s", name)
 }
 
 // SetField sets the value of a field with the given name. It returns an error if
 // the field is not defined in the schema, or if the type mismatched the field
 // type.
-func (m *ChatUpdateMutation) SetField(name string, value ent.Value) error {
+func (m *ChatPushMutation) SetField(name string, value ent.Value) error {
 	switch name {
-	case chatupdate.FieldChatID:
+	case chatpush.FieldChatID:
 		v, ok := value.(uuid.UUID)
 		if !ok {
 			return fmt.Errorf("unexpected type %T for field %s", value, name)
 		}
 		m.SetChatID(v)
 		return nil
-	case chatupdate.FieldRecipientUserIds:
+	case chatpush.FieldRecipientUserIds:
 		v, ok := value.(uuidarray.UUIDs)
 		if !ok {
 			return fmt.Errorf("unexpected type %T for field %s", value, name)
 		}
 		m.SetRecipientUserIds(v)
 		return nil
-	case chatupdate.FieldRevokedUserIds:
+	case chatpush.FieldRevokedUserIds:
 		v, ok := value.(uuidarray.UUIDs)
 		if !ok {
 			return fmt.Errorf("unexpected type %T for field %s", value, name)
 		}
 		m.SetRevokedUserIds(v)
 		return nil
-	case chatupdate.FieldCreatedAt:
+	case chatpush.FieldCreatedAt:
 		v, ok := value.(time.Time)
 		if !ok {
 			return fmt.Errorf("unexpected type %T for field %s", value, name)
 		}
 		m.SetCreatedAt(v)
 		return nil
-	case chatupdate.FieldPushedAt:
+	case chatpush.FieldPushedAt:
 		v, ok := value.(time.Time)
 		if !ok {
 			return fmt.Errorf("unexpected type %T for field %s", value, name)
@@ -2976,96 +2976,96 @@ func (m *ChatUpdateMutation) SetField(name string, value ent.Value) error {
 		m.SetPushedAt(v)
 		return nil
 	}
-	return fmt.Errorf("unknown ChatUpdate field %s", name)
+	return fmt.Errorf("unknown ChatPush field %s", name)
 }
 
 // AddedFields returns all numeric fields that were incremented/decremented during
 // this mutation.
-func (m *ChatUpdateMutation) AddedFields() []string {
+func (m *ChatPushMutation) AddedFields() []string {
 	return nil
 }
 
 // AddedField returns the numeric value that was incremented/decremented on a field
 // with the given name. The second boolean return value indicates that this field
 // was not set, or was not defined in the schema.
-func (m *ChatUpdateMutation) AddedField(name string) (ent.Value, bool) {
+func (m *ChatPushMutation) AddedField(name string) (ent.Value, bool) {
 	return nil, false
 }
 
 // AddField adds the value to the field with the given name. It returns an error if
 // the field is not defined in the schema, or if the type mismatched the field
 // type.
-func (m *ChatUpdateMutation) AddField(name string, value ent.Value) error {
+func (m *ChatPushMutation) AddField(name string, value ent.Value) error {
 	switch name {
 	}
-	return fmt.Errorf("unknown ChatUpdate numeric field %s", name)
+	return fmt.Errorf("unknown ChatPush numeric field %s", name)
 }
 
 // ClearedFields returns all nullable fields that were cleared during this
 // mutation.
-func (m *ChatUpdateMutation) ClearedFields() []string {
+func (m *ChatPushMutation) ClearedFields() []string {
 	var fields []string
-	if m.FieldCleared(chatupdate.FieldPushedAt) {
-		fields = append(fields, chatupdate.FieldPushedAt)
+	if m.FieldCleared(chatpush.FieldPushedAt) {
+		fields = append(fields, chatpush.FieldPushedAt)
 	}
 	return fields
 }
 
 // FieldCleared returns a boolean indicating if a field with the given name was
 // cleared in this mutation.
-func (m *ChatUpdateMutation) FieldCleared(name string) bool {
+func (m *ChatPushMutation) FieldCleared(name string) bool {
 	_, ok := m.clearedFields[name]
 	return ok
 }
 
 // ClearField clears the value of the field with the given name. It returns an
 // error if the field is not defined in the schema.
-func (m *ChatUpdateMutation) ClearField(name string) error {
+func (m *ChatPushMutation) ClearField(name string) error {
 	switch name {
-	case chatupdate.FieldPushedAt:
+	case chatpush.FieldPushedAt:
 		m.ClearPushedAt()
 		return nil
 	}
-	return fmt.Errorf("unknown ChatUpdate nullable field %s", name)
+	return fmt.Errorf("unknown ChatPush nullable field %s", name)
 }
 
 // ResetField resets all changes in the mutation for the field with the given name.
 // It returns an error if the field is not defined in the schema.
-func (m *ChatUpdateMutation) ResetField(name string) error {
+func (m *ChatPushMutation) ResetField(name string) error {
 	switch name {
-	case chatupdate.FieldChatID:
+	case chatpush.FieldChatID:
 		m.ResetChatID()
 		return nil
-	case chatupdate.FieldRecipientUserIds:
+	case chatpush.FieldRecipientUserIds:
 		m.ResetRecipientUserIds()
 		return nil
-	case chatupdate.FieldRevokedUserIds:
+	case chatpush.FieldRevokedUserIds:
 		m.ResetRevokedUserIds()
 		return nil
-	case chatupdate.FieldCreatedAt:
+	case chatpush.FieldCreatedAt:
 		m.ResetCreatedAt()
 		return nil
-	case chatupdate.FieldPushedAt:
+	case chatpush.FieldPushedAt:
 		m.ResetPushedAt()
 		return nil
 	}
-	return fmt.Errorf("unknown ChatUpdate field %s", name)
+	return fmt.Errorf("unknown ChatPush field %s", name)
 }
 
 // AddedEdges returns all edge names that were set/added in this mutation.
-func (m *ChatUpdateMutation) AddedEdges() []string {
+func (m *ChatPushMutation) AddedEdges() []string {
 	edges := make([]string, 0, 1)
 	if m.chat != nil {
-		edges = append(edges, chatupdate.EdgeChat)
+		edges = append(edges, chatpush.EdgeChat)
 	}
 	return edges
 }
 
 // AddedIDs returns all IDs (to other nodes) that were added for the given edge
 // name in this mutation.
-func (m *ChatUpdateMutation) AddedIDs(name string) []ent.Value {
+func (m *ChatPushMutation) AddedIDs(name string) []ent.Value {
 	switch name {
-	case chatupdate.EdgeChat:
+	case chatpush.EdgeChat:
 		if id := m.chat; id != nil {
 			return []ent.Value{*id}
 		}
@@ -3074,31 +3074,31 @@ func (m *ChatUpdateMutation) AddedIDs(name string) []ent.Value {
 }
 
 // RemovedEdges returns all edge names that were removed in this mutation.
-func (m *ChatUpdateMutation) RemovedEdges() []string {
+func (m *ChatPushMutation) RemovedEdges() []string {
 	edges := make([]string, 0, 1)
 	return edges
 }
 
 // RemovedIDs returns all IDs (to other nodes) that were removed for the edge with
 // the given name in this mutation.
-func (m *ChatUpdateMutation) RemovedIDs(name string) []ent.Value {
+func (m *ChatPushMutation) RemovedIDs(name string) []ent.Value {
 	return nil
 }
 
 // ClearedEdges returns all edge names that were cleared in this mutation.
-func (m *ChatUpdateMutation) ClearedEdges() []string {
+func (m *ChatPushMutation) ClearedEdges() []string {
 	edges := make([]string, 0, 1)
 	if m.clearedchat {
-		edges = append(edges, chatupdate.EdgeChat)
+		edges = append(edges, chatpush.EdgeChat)
 	}
 	return edges
 }
 
 // EdgeCleared returns a boolean which indicates if the edge with the given name
 // was cleared in this mutation.
-func (m *ChatUpdateMutation) EdgeCleared(name string) bool {
+func (m *ChatPushMutation) EdgeCleared(name string) bool {
 	switch name {
-	case chatupdate.EdgeChat:
+	case chatpush.EdgeChat:
 		return m.clearedchat
 	}
 	return false
@@ -3106,24 +3106,24 @@ func (m *ChatUpdateMutation) EdgeCleared(name string) bool {
 
 // ClearEdge clears the value of the edge with the given name. It returns an error
 // if that edge is not defined in the schema.
-func (m *ChatUpdateMutation) ClearEdge(name string) error {
+func (m *ChatPushMutation) ClearEdge(name string) error {
 	switch name {
-	case chatupdate.EdgeChat:
+	case chatpush.EdgeChat:
 		m.ClearChat()
 		return nil
 	}
-	return fmt.Errorf("unknown ChatUpdate unique edge %s", name)
+	return fmt.Errorf("unknown ChatPush unique edge %s", name)
 }
 
 // ResetEdge resets all changes to the edge with the given name in this mutation.
 // It returns an error if the edge is not defined in the schema.
-func (m *ChatUpdateMutation) ResetEdge(name string) error {
+func (m *ChatPushMutation) ResetEdge(name string) error {
 	switch name {
-	case chatupdate.EdgeChat:
+	case chatpush.EdgeChat:
 		m.ResetChat()
 		return nil
 	}
-	return fmt.Errorf("unknown ChatUpdate edge %s", name)
+	return fmt.Errorf("unknown ChatPush edge %s", name)
 }
 
 // LeadMutation represents an operation that mutates the Lead nodes in the graph.

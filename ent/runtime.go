@@ -9,7 +9,7 @@ import (
 	"github.com/pin-platform/consumers/ent/chat"
 	"github.com/pin-platform/consumers/ent/chatevent"
 	"github.com/pin-platform/consumers/ent/chatparticipant"
-	"github.com/pin-platform/consumers/ent/chatupdate"
+	"github.com/pin-platform/consumers/ent/chatpush"
 	"github.com/pin-platform/consumers/ent/lead"
 	"github.com/pin-platform/consumers/ent/leadevent"
 	"github.com/pin-platform/consumers/ent/parkedmessage"
@@ -82,24 +82,24 @@ func init() {
 	chatparticipantDescID := chatparticipantFields[0].Descriptor()
 	// chatparticipant.DefaultID holds the default value on creation for the id field.
 	chatparticipant.DefaultID = chatparticipantDescID.Default.(func() uuid.UUID)
-	chatupdateFields := schema.ChatUpdate{}.Fields()
-	_ = chatupdateFields
-	// chatupdateDescRecipientUserIds is the schema descriptor for recipient_user_ids field.
-	chatupdateDescRecipientUserIds := chatupdateFields[2].Descriptor()
-	// chatupdate.DefaultRecipientUserIds holds the default value on creation for the recipient_user_ids field.
-	chatupdate.DefaultRecipientUserIds = chatupdateDescRecipientUserIds.Default.(uuidarray.UUIDs)
-	// chatupdateDescRevokedUserIds is the schema descriptor for revoked_user_ids field.
-	chatupdateDescRevokedUserIds := chatupdateFields[3].Descriptor()
-	// chatupdate.DefaultRevokedUserIds holds the default value on creation for the revoked_user_ids field.
-	chatupdate.DefaultRevokedUserIds = chatupdateDescRevokedUserIds.Default.(uuidarray.UUIDs)
-	// chatupdateDescCreatedAt is the schema descriptor for created_at field.
-	chatupdateDescCreatedAt := chatupdateFields[4].Descriptor()
-	// chatupdate.DefaultCreatedAt holds the default value on creation for the created_at field.
-	chatupdate.DefaultCreatedAt = chatupdateDescCreatedAt.Default.(func() time.Time)
-	// chatupdateDescID is the schema descriptor for id field.
-	chatupdateDescID := chatupdateFields[0].Descriptor()
-	// chatupdate.DefaultID holds the default value on creation for the id field.
-	chatupdate.DefaultID = chatupdateDescID.Default.(func() uuid.UUID)
+	chatpushFields := schema.ChatPush{}.Fields()
+	_ = chatpushFields
+	// chatpushDescRecipientUserIds is the schema descriptor for recipient_user_ids field.
+	chatpushDescRecipientUserIds := chatpushFields[2].Descriptor()
+	// chatpush.DefaultRecipientUserIds holds the default value on creation for the recipient_user_ids field.
+	chatpush.DefaultRecipientUserIds = chatpushDescRecipientUserIds.Default.(uuidarray.UUIDs)
+	// chatpushDescRevokedUserIds is the schema descriptor for revoked_user_ids field.
+	chatpushDescRevokedUserIds := chatpushFields[3].Descriptor()
+	// chatpush.DefaultRevokedUserIds holds the default value on creation for the revoked_user_ids field.
+	chatpush.DefaultRevokedUserIds = chatpushDescRevokedUserIds.Default.(uuidarray.UUIDs)
+	// chatpushDescCreatedAt is the schema descriptor for created_at field.
+	chatpushDescCreatedAt := chatpushFields[4].Descriptor()
+	// chatpush.DefaultCreatedAt holds the default value on creation for the created_at field.
+	chatpush.DefaultCreatedAt = chatpushDescCreatedAt.Default.(func() time.Time)
+	// chatpushDescID is the schema descriptor for id field.
+	chatpushDescID := chatpushFields[0].Descriptor()
+	// chatpush.DefaultID holds the default value on creation for the id field.
+	chatpush.DefaultID = chatpushDescID.Default.(func() uuid.UUID)
 	leadMixin := schema.Lead{}.Mixin()
 	leadMixinFields0 := leadMixin[0].Fields()
 	_ = leadMixinFields0

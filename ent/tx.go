@@ -20,8 +20,8 @@ type Tx struct {
 	ChatEvent *ChatEventClient
 	// ChatParticipant is the client for interacting with the ChatParticipant builders.
 	ChatParticipant *ChatParticipantClient
-	// ChatUpdate is the client for interacting with the ChatUpdate builders.
-	ChatUpdate *ChatUpdateClient
+	// ChatPush is the client for interacting with the ChatPush builders.
+	ChatPush *ChatPushClient
 	// Lead is the client for interacting with the Lead builders.
 	Lead *LeadClient
 	// LeadEvent is the client for interacting with the LeadEvent builders.
@@ -166,7 +166,7 @@ func (tx *Tx) init() {
 	tx.Chat = NewChatClient(tx.config)
 	tx.ChatEvent = NewChatEventClient(tx.config)
 	tx.ChatParticipant = NewChatParticipantClient(tx.config)
-	tx.ChatUpdate = NewChatUpdateClient(tx.config)
+	tx.ChatPush = NewChatPushClient(tx.config)
 	tx.Lead = NewLeadClient(tx.config)
 	tx.LeadEvent = NewLeadEventClient(tx.config)
 	tx.ParkedMessage = NewParkedMessageClient(tx.config)

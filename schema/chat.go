@@ -43,7 +43,7 @@ func (Chat) Edges() []ent.Edge {
 	return []ent.Edge{
 		edge.To("participants", ChatParticipant.Type),
 		edge.To("events", ChatEvent.Type),
-		edge.To("updates", ChatUpdate.Type),
+		edge.To("updates", ChatPush.Type),
 	}
 }
 

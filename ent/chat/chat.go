@@ -53,8 +53,8 @@ const (
 	EventsColumn = "chat_id"
 	// UpdatesTable is the table that holds the updates relation/edge.
 	UpdatesTable = "chat_updates"
-	// UpdatesInverseTable is the table name for the ChatUpdate entity.
-	// It exists in this package in order to avoid circular dependency with the "chatupdate" package.
+	// UpdatesInverseTable is the table name for the ChatPush entity.
+	// It exists in this package in order to avoid circular dependency with the "chatpush" package.
 	UpdatesInverseTable = "chat_updates"
 	// UpdatesColumn is the table column denoting the updates relation/edge.
 	UpdatesColumn = "chat_id"

@@ -484,7 +484,7 @@ func HasUpdates() predicate.Chat {
 }
 
 // HasUpdatesWith applies the HasEdge predicate on the "updates" edge with a given conditions (other predicates).
-func HasUpdatesWith(preds ...predicate.ChatUpdate) predicate.Chat {
+func HasUpdatesWith(preds ...predicate.ChatPush) predicate.Chat {
 	return predicate.Chat(func(s *sql.Selector) {
 		step := newUpdatesStep()
 		sqlgraph.HasNeighborsWith(s, step, func(s *sql.Selector) {

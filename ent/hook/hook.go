@@ -45,16 +45,16 @@ func (f ChatParticipantFunc) Mutate(ctx context.Context, m ent.Mutation) (ent.Va
 	return nil, fmt.Errorf("unexpected mutation type %T. expect *ent.ChatParticipantMutation", m)
 }
 
-// The ChatUpdateFunc type is an adapter to allow the use of ordinary
-// function as ChatUpdate mutator.
-type ChatUpdateFunc func(context.Context, *ent.ChatUpdateMutation) (ent.Value, error)
+// The ChatPushFunc type is an adapter to allow the use of ordinary
+// function as ChatPush mutator.
+type ChatPushFunc func(context.Context, *ent.ChatPushMutation) (ent.Value, error)
 
 // Mutate calls f(ctx, m).
-func (f ChatUpdateFunc) Mutate(ctx context.Context, m ent.Mutation) (ent.Value, error) {
-	if mv, ok := m.(*ent.ChatUpdateMutation); ok {
+func (f ChatPushFunc) Mutate(ctx context.Context, m ent.Mutation) (ent.Value, error) {
+	if mv, ok := m.(*ent.ChatPushMutation); ok {
 		return f(ctx, mv)
 	}
-	return nil, fmt.Errorf("unexpected mutation type %T. expect *ent.ChatUpdateMutation", m)
+	return nil, fmt.Errorf("unexpected mutation type %T. expect *ent.ChatPushMutation", m)
 }
 
 // The LeadFunc type is an adapter to allow the use of ordinary

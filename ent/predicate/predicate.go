@@ -15,8 +15,8 @@ type ChatEvent func(*sql.Selector)
 // ChatParticipant is the predicate function for chatparticipant builders.
 type ChatParticipant func(*sql.Selector)
 
-// ChatUpdate is the predicate function for chatupdate builders.
-type ChatUpdate func(*sql.Selector)
+// ChatPush is the predicate function for chatpush builders.
+type ChatPush func(*sql.Selector)
 
 // Lead is the predicate function for lead builders.
 type Lead func(*sql.Selector)

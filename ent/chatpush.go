@@ -11,12 +11,12 @@ import (
 	"entgo.io/ent/dialect/sql"
 	"github.com/google/uuid"
 	"github.com/pin-platform/consumers/ent/chat"
-	"github.com/pin-platform/consumers/ent/chatupdate"
+	"github.com/pin-platform/consumers/ent/chatpush"
 	"github.com/pin-platform/consumers/schema/uuidarray"
 )
 
-// ChatUpdate is the model entity for the ChatUpdate schema.
-type ChatUpdate struct {
+// ChatPush is the model entity for the ChatPush schema.
+type ChatPush struct {
 	config `json:"-"`
 	// ID of the ent.
 	ID uuid.UUID `json:"id,omitempty"`
@@ -31,13 +31,13 @@ type ChatUpdate struct {
 	// PushedAt holds the value of the "pushed_at" field.
 	PushedAt *time.Time `json:"pushed_at,omitempty"`
 	// Edges holds the relations/edges for other nodes in the graph.
-	// The values are being populated by the ChatUpdateQuery when eager-loading is set.
-	Edges        ChatUpdateEdges `json:"edges"`
+	// The values are being populated by the ChatPushQuery when eager-loading is set.
+	Edges        ChatPushEdges `json:"edges"`
 	selectValues sql.SelectValues
 }
 
-// ChatUpdateEdges holds the relations/edges for other nodes in the graph.
-type ChatUpdateEdges struct {
+// ChatPushEdges holds the relations/edges for other nodes in the graph.
+type ChatPushEdges struct {
 	// Chat holds the value of the chat edge.
 	Chat *Chat `json:"chat,omitempty"`
 	// loadedTypes holds the information for reporting if a
@@ -47,7 +47,7 @@ type ChatUpdateEdges struct {
 
 // ChatOrErr returns the Chat value or an error if the edge
 // was not loaded in eager-loading, or loaded but was not found.
-func (e ChatUpdateEdges) ChatOrErr() (*Chat, error) {
+func (e ChatPushEdges) ChatOrErr() (*Chat, error) {
 	if e.Chat != nil {
 		return e.Chat, nil
 	} else if e.loadedTypes[0] {
@@ -57,15 +57,15 @@ func (e ChatUpdateEdges) ChatOrErr() (*Chat, error) {
 }
 
 // scanValues returns the types for scanning values from sql.Rows.
-func (*ChatUpdate) scanValues(columns []string) ([]any, error) {
+func (*ChatPush) scanValues(columns []string) ([]any, error) {
 	values := make([]any, len(columns))
 	for i := range columns {
 		switch columns[i] {
-		case chatupdate.FieldCreatedAt, chatupdate.FieldPushedAt:
+		case chatpush.FieldCreatedAt, chatpush.FieldPushedAt:
 			values[i] = new(sql.NullTime)
-		case chatupdate.FieldID, chatupdate.FieldChatID:
+		case chatpush.FieldID, chatpush.FieldChatID:
 			values[i] = new(uuid.UUID)
-		case chatupdate.FieldRecipientUserIds, chatupdate.FieldRevokedUserIds:
+		case chatpush.FieldRecipientUserIds, chatpush.FieldRevokedUserIds:
 			values[i] = new(uuidarray.UUIDs)
 		default:
 			values[i] = new(sql.UnknownType)
@@ -75,44 +75,44 @@ func (*ChatUpdate) scanValues(columns []string) ([]any, error) {
 }
 
 // assignValues assigns the values that were returned from sql.Rows (after scanning)
-// to the ChatUpdate fields.
-func (_m *ChatUpdate) assignValues(columns []string, values []any) error {
+// to the ChatPush fields.
+func (_m *ChatPush) assignValues(columns []string, values []any) error {
 	if m, n := len(values), len(columns); m < n {
 		return fmt.Errorf("mismatch number of scan values: %d != %d", m, n)
 	}
 	for i := range columns {
 		switch columns[i] {
-		case chatupdate.FieldID:
+		case chatpush.FieldID:
 			if value, ok := values[i].(*uuid.UUID); !ok {
 				return fmt.Errorf("unexpected type %T for field id", values[i])
 			} else if value != nil {
 				_m.ID = *value
 			}
-		case chatupdate.FieldChatID:
+		case chatpush.FieldChatID:
 			if value, ok := values[i].(*uuid.UUID); !ok {
 				return fmt.Errorf("unexpected type %T for field chat_id", values[i])
 			} else if value != nil {
 				_m.ChatID = *value
 			}
-		case chatupdate.FieldRecipientUserIds:
+		case chatpush.FieldRecipientUserIds:
 			if value, ok := values[i].(*uuidarray.UUIDs); !ok {
 				return fmt.Errorf("unexpected type %T for field recipient_user_ids", values[i])
 			} else if value != nil {
 				_m.RecipientUserIds = *value
 			}
-		case chatupdate.FieldRevokedUserIds:
+		case chatpush.FieldRevokedUserIds:
 			if value, ok := values[i].(*uuidarray.UUIDs); !ok {
 				return fmt.Errorf("unexpected type %T for field revoked_user_ids", values[i])
 			} else if value != nil {
 				_m.RevokedUserIds = *value
 			}
-		case chatupdate.FieldCreatedAt:
+		case chatpush.FieldCreatedAt:
 			if value, ok := values[i].(*sql.NullTime); !ok {
 				return fmt.Errorf("unexpected type %T for field created_at", values[i])
 			} else if value.Valid {
 				_m.CreatedAt = value.Time
 			}
-		case chatupdate.FieldPushedAt:
+		case chatpush.FieldPushedAt:
 			if value, ok := values[i].(*sql.NullTime); !ok {
 				return fmt.Errorf("unexpected type %T for field pushed_at", values[i])
 			} else if value.Valid {
@@ -126,39 +126,39 @@ func (_m *ChatUpdate) assignValues(columns []string, values []any) error {
 	return nil
 }
 
-// Value returns the ent.Value that was dynamically selected and assigned to the ChatUpdate.
+// Value returns the ent.Value that was dynamically selected and assigned to the ChatPush.
 // This includes values selected through modifiers, order, etc.
-func (_m *ChatUpdate) Value(name string) (ent.Value, error) {
+func (_m *ChatPush) Value(name string) (ent.Value, error) {
 	return _m.selectValues.Get(name)
 }
 
-// QueryChat queries the "chat" edge of the ChatUpdate entity.
-func (_m *ChatUpdate) QueryChat() *ChatQuery {
-	return NewChatUpdateClient(_m.config).QueryChat(_m)
+// QueryChat queries the "chat" edge of the ChatPush entity.
+func (_m *ChatPush) QueryChat() *ChatQuery {
+	return NewChatPushClient(_m.config).QueryChat(_m)
 }
 
-// Update returns a builder for updating this ChatUpdate.
-// Note that you need to call ChatUpdate.Unwrap() before calling this method if this ChatUpdate
+// Update returns a builder for updating this ChatPush.
+// Note that you need to call ChatPush.Unwrap() before calling this method if this ChatPush
 // was returned from a transaction, and the transaction was committed or rolled back.
-func (_m *ChatUpdate) Update() *ChatUpdateUpdateOne {
-	return NewChatUpdateClient(_m.config).UpdateOne(_m)
+func (_m *ChatPush) Update() *ChatPushUpdateOne {
+	return NewChatPushClient(_m.config).UpdateOne(_m)
 }
 
-// Unwrap unwraps the ChatUpdate entity that was returned from a transaction after it was closed,
+// Unwrap unwraps the ChatPush entity that was returned from a transaction after it was closed,
 // so that all future queries will be executed through the driver which created the transaction.
-func (_m *ChatUpdate) Unwrap() *ChatUpdate {
+func (_m *ChatPush) Unwrap() *ChatPush {
 	_tx, ok := _m.config.driver.(*txDriver)
 	if !ok {
-		panic("ent: ChatUpdate is not a transactional entity")
+		panic("ent: ChatPush is not a transactional entity")
 	}
 	_m.config.driver = _tx.drv
 	return _m
 }
 
 // String implements the fmt.Stringer.
-func (_m *ChatUpdate) String() string {
+func (_m *ChatPush) String() string {
 	var builder strings.Builder
-	builder.WriteString("ChatUpdate(")
+	builder.WriteString("ChatPush(")
 	builder.WriteString(fmt.Sprintf("id=%v, ", _m.ID))
 	builder.WriteString("chat_id=")
 	builder.WriteString(fmt.Sprintf("%v", _m.ChatID))
@@ -180,5 +180,5 @@ func (_m *ChatUpdate) String() string {
 	return builder.String()
 }
 
-// ChatUpdates is a parsable slice of ChatUpdate.
-type ChatUpdates []*ChatUpdate
+// ChatPushes is a parsable slice of ChatPush.
+type ChatPushes []*ChatPush

@@ -11,32 +11,32 @@ import (
 	"entgo.io/ent/dialect/sql"
 	"entgo.io/ent/dialect/sql/sqlgraph"
 	"entgo.io/ent/schema/field"
-	"github.com/pin-platform/consumers/ent/chatupdate"
+	"github.com/pin-platform/consumers/ent/chatpush"
 	"github.com/pin-platform/consumers/ent/predicate"
 )
 
-// ChatUpdateUpdate is the builder for updating ChatUpdate entities.
-type ChatUpdateUpdate struct {
+// ChatPushUpdate is the builder for updating ChatPush entities.
+type ChatPushUpdate struct {
 	config
 	hooks     []Hook
-	mutation  *ChatUpdateMutation
+	mutation  *ChatPushMutation
 	modifiers []func(*sql.UpdateBuilder)
 }
 
-// Where appends a list predicates to the ChatUpdateUpdate builder.
-func (_u *ChatUpdateUpdate) Where(ps ...predicate.ChatUpdate) *ChatUpdateUpdate {
+// Where appends a list predicates to the ChatPushUpdate builder.
+func (_u *ChatPushUpdate) Where(ps ...predicate.ChatPush) *ChatPushUpdate {
 	_u.mutation.Where(ps...)
 	return _u
 }
 
 // SetPushedAt sets the "pushed_at" field.
-func (_u *ChatUpdateUpdate) SetPushedAt(v time.Time) *ChatUpdateUpdate {
+func (_u *ChatPushUpdate) SetPushedAt(v time.Time) *ChatPushUpdate {
 	_u.mutation.SetPushedAt(v)
 	return _u
 }
 
 // SetNillablePushedAt sets the "pushed_at" field if the given value is not nil.
-func (_u *ChatUpdateUpdate) SetNillablePushedAt(v *time.Time) *ChatUpdateUpdate {
+func (_u *ChatPushUpdate) SetNillablePushedAt(v *time.Time) *ChatPushUpdate {
 	if v != nil {
 		_u.SetPushedAt(*v)
 	}
@@ -44,23 +44,23 @@ func (_u *ChatUpdateUpdate) SetNillablePushedAt(v *time.Time) *ChatUpdateUpdate 
 }
 
 // ClearPushedAt clears the value of the "pushed_at" field.
-func (_u *ChatUpdateUpdate) ClearPushedAt() *ChatUpdateUpdate {
+func (_u *ChatPushUpdate) ClearPushedAt() *ChatPushUpdate {
 	_u.mutation.ClearPushedAt()
 	return _u
 }
 
-// Mutation returns the ChatUpdateMutation object of the builder.
-func (_u *ChatUpdateUpdate) Mutation() *ChatUpdateMutation {
+// Mutation returns the ChatPushMutation object of the builder.
+func (_u *ChatPushUpdate) Mutation() *ChatPushMutation {
 	return _u.mutation
 }
 
 // Save executes the query and returns the number of nodes affected by the update operation.
-func (_u *ChatUpdateUpdate) Save(ctx context.Context) (int, error) {
+func (_u *ChatPushUpdate) Save(ctx context.Context) (int, error) {
 	return withHooks(ctx, _u.sqlSave, _u.mutation, _u.hooks)
 }
 
 // SaveX is like Save, but panics if an error occurs.
-func (_u *ChatUpdateUpdate) SaveX(ctx context.Context) int {
+func (_u *ChatPushUpdate) SaveX(ctx context.Context) int {
 	affected, err := _u.Save(ctx)
 	if err != nil {
 		panic(err)
@@ -69,37 +69,37 @@ func (_u *ChatUpdateUpdate) SaveX(ctx context.Context) int {
 }
 
 // Exec executes the query.
-func (_u *ChatUpdateUpdate) Exec(ctx context.Context) error {
+func (_u *ChatPushUpdate) Exec(ctx context.Context) error {
 	_, err := _u.Save(ctx)
 	return err
 }
 
 // ExecX is like Exec, but panics if an error occurs.
-func (_u *ChatUpdateUpdate) ExecX(ctx context.Context) {
+func (_u *ChatPushUpdate) ExecX(ctx context.Context) {
 	if err := _u.Exec(ctx); err != nil {
 		panic(err)
 	}
 }
 
 // check runs all checks and user-defined validators on the builder.
-func (_u *ChatUpdateUpdate) check() error {
+func (_u *ChatPushUpdate) check() error {
 	if _u.mutation.ChatCleared() && len(_u.mutation.ChatIDs()) > 0 {
-		return errors.New(`ent: clearing a required unique edge "ChatUpdate.chat"`)
+		return errors.New(`ent: clearing a required unique edge "ChatPush.chat"`)
 	}
 	return nil
 }
 
 // Modify adds a statement modifier for attaching custom logic to the UPDATE statement.
-func (_u *ChatUpdateUpdate) Modify(modifiers ...func(u *sql.UpdateBuilder)) *ChatUpdateUpdate {
+func (_u *ChatPushUpdate) Modify(modifiers ...func(u *sql.UpdateBuilder)) *ChatPushUpdate {
 	_u.modifiers = append(_u.modifiers, modifiers...)
 	return _u
 }
 
-func (_u *ChatUpdateUpdate) sqlSave(ctx context.Context) (_node int, err error) {
+func (_u *ChatPushUpdate) sqlSave(ctx context.Context) (_node int, err error) {
 	if err := _u.check(); err != nil {
 		return _node, err
 	}
-	_spec := sqlgraph.NewUpdateSpec(chatupdate.Table, chatupdate.Columns, sqlgraph.NewFieldSpec(chatupdate.FieldID, field.TypeUUID))
+	_spec := sqlgraph.NewUpdateSpec(chatpush.Table, chatpush.Columns, sqlgraph.NewFieldSpec(chatpush.FieldID, field.TypeUUID))
 	if ps := _u.mutation.predicates; len(ps) > 0 {
 		_spec.Predicate = func(selector *sql.Selector) {
 			for i := range ps {
@@ -108,15 +108,15 @@ func (_u *ChatUpdateUpdate) sqlSave(ctx context.Context) (_node int, err error) 
 		}
 	}
 	if value, ok := _u.mutation.PushedAt(); ok {
-		_spec.SetField(chatupdate.FieldPushedAt, field.TypeTime, value)
+		_spec.SetField(chatpush.FieldPushedAt, field.TypeTime, value)
 	}
 	if _u.mutation.PushedAtCleared() {
-		_spec.ClearField(chatupdate.FieldPushedAt, field.TypeTime)
+		_spec.ClearField(chatpush.FieldPushedAt, field.TypeTime)
 	}
 	_spec.AddModifiers(_u.modifiers...)
 	if _node, err = sqlgraph.UpdateNodes(ctx, _u.driver, _spec); err != nil {
 		if _, ok := err.(*sqlgraph.NotFoundError); ok {
-			err = &NotFoundError{chatupdate.Label}
+			err = &NotFoundError{chatpush.Label}
 		} else if sqlgraph.IsConstraintError(err) {
 			err = &ConstraintError{msg: err.Error(), wrap: err}
 		}
@@ -126,23 +126,23 @@ func (_u *ChatUpdateUpdate) sqlSave(ctx context.Context) (_node int, err error) 
 	return _node, nil
 }
 
-// ChatUpdateUpdateOne is the builder for updating a single ChatUpdate entity.
-type ChatUpdateUpdateOne struct {
+// ChatPushUpdateOne is the builder for updating a single ChatPush entity.
+type ChatPushUpdateOne struct {
 	config
 	fields    []string
 	hooks     []Hook
-	mutation  *ChatUpdateMutation
+	mutation  *ChatPushMutation
 	modifiers []func(*sql.UpdateBuilder)
 }
 
 // SetPushedAt sets the "pushed_at" field.
-func (_u *ChatUpdateUpdateOne) SetPushedAt(v time.Time) *ChatUpdateUpdateOne {
+func (_u *ChatPushUpdateOne) SetPushedAt(v time.Time) *ChatPushUpdateOne {
 	_u.mutation.SetPushedAt(v)
 	return _u
 }
 
 // SetNillablePushedAt sets the "pushed_at" field if the given value is not nil.
-func (_u *ChatUpdateUpdateOne) SetNillablePushedAt(v *time.Time) *ChatUpdateUpdateOne {
+func (_u *ChatPushUpdateOne) SetNillablePushedAt(v *time.Time) *ChatPushUpdateOne {
 	if v != nil {
 		_u.SetPushedAt(*v)
 	}
@@ -150,36 +150,36 @@ func (_u *ChatUpdateUpdateOne) SetNillablePushedAt(v *time.Time) *ChatUpdateUpda
 }
 
 // ClearPushedAt clears the value of the "pushed_at" field.
-func (_u *ChatUpdateUpdateOne) ClearPushedAt() *ChatUpdateUpdateOne {
+func (_u *ChatPushUpdateOne) ClearPushedAt() *ChatPushUpdateOne {
 	_u.mutation.ClearPushedAt()
 	return _u
 }
 
-// Mutation returns the ChatUpdateMutation object of the builder.
-func (_u *ChatUpdateUpdateOne) Mutation() *ChatUpdateMutation {
+// Mutation returns the ChatPushMutation object of the builder.
+func (_u *ChatPushUpdateOne) Mutation() *ChatPushMutation {
 	return _u.mutation
 }
 
-// Where appends a list predicates to the ChatUpdateUpdate builder.
-func (_u *ChatUpdateUpdateOne) Where(ps ...predicate.ChatUpdate) *ChatUpdateUpdateOne {
+// Where appends a list predicates to the ChatPushUpdate builder.
+func (_u *ChatPushUpdateOne) Where(ps ...predicate.ChatPush) *ChatPushUpdateOne {
 	_u.mutation.Where(ps...)
 	return _u
 }
 
 // Select allows selecting one or more fields (columns) of the returned entity.
 // The default is selecting all fields defined in the entity schema.
-func (_u *ChatUpdateUpdateOne) Select(field string, fields ...string) *ChatUpdateUpdateOne {
+func (_u *ChatPushUpdateOne) Select(field string, fields ...string) *ChatPushUpdateOne {
 	_u.fields = append([]string{field}, fields...)
 	return _u
 }
 
-// Save executes the query and returns the updated ChatUpdate entity.
-func (_u *ChatUpdateUpdateOne) Save(ctx context.Context) (*ChatUpdate, error) {
+// Save executes the query and returns the updated ChatPush entity.
+func (_u *ChatPushUpdateOne) Save(ctx context.Context) (*ChatPush, error) {
 	return withHooks(ctx, _u.sqlSave, _u.mutation, _u.hooks)
 }
 
 // SaveX is like Save, but panics if an error occurs.
-func (_u *ChatUpdateUpdateOne) SaveX(ctx context.Context) *ChatUpdate {
+func (_u *ChatPushUpdateOne) SaveX(ctx context.Context) *ChatPush {
 	node, err := _u.Save(ctx)
 	if err != nil {
 		panic(err)
@@ -188,50 +188,50 @@ func (_u *ChatUpdateUpdateOne) SaveX(ctx context.Context) *ChatUpdate {
 }
 
 // Exec executes the query on the entity.
-func (_u *ChatUpdateUpdateOne) Exec(ctx context.Context) error {
+func (_u *ChatPushUpdateOne) Exec(ctx context.Context) error {
 	_, err := _u.Save(ctx)
 	return err
 }
 
 // ExecX is like Exec, but panics if an error occurs.
-func (_u *ChatUpdateUpdateOne) ExecX(ctx context.Context) {
+func (_u *ChatPushUpdateOne) ExecX(ctx context.Context) {
 	if err := _u.Exec(ctx); err != nil {
 		panic(err)
 	}
 }
 
 // check runs all checks and user-defined validators on the builder.
-func (_u *ChatUpdateUpdateOne) check() error {
+func (_u *ChatPushUpdateOne) check() error {
 	if _u.mutation.ChatCleared() && len(_u.mutation.ChatIDs()) > 0 {
-		return errors.New(`ent: clearing a required unique edge "ChatUpdate.chat"`)
+		return errors.New(`ent: clearing a required unique edge "ChatPush.chat"`)
 	}
 	return nil
 }
 
 // Modify adds a statement modifier for attaching custom logic to the UPDATE statement.
-func (_u *ChatUpdateUpdateOne) Modify(modifiers ...func(u *sql.UpdateBuilder)) *ChatUpdateUpdateOne {
+func (_u *ChatPushUpdateOne) Modify(modifiers ...func(u *sql.UpdateBuilder)) *ChatPushUpdateOne {
 	_u.modifiers = append(_u.modifiers, modifiers...)
 	return _u
 }
 
-func (_u *ChatUpdateUpdateOne) sqlSave(ctx context.Context) (_node *ChatUpdate, err error) {
+func (_u *ChatPushUpdateOne) sqlSave(ctx context.Context) (_node *ChatPush, err error) {
 	if err := _u.check(); err != nil {
 		return _node, err
 	}
-	_spec := sqlgraph.NewUpdateSpec(chatupdate.Table, chatupdate.Columns, sqlgraph.NewFieldSpec(chatupdate.FieldID, field.TypeUUID))
+	_spec := sqlgraph.NewUpdateSpec(chatpush.Table, chatpush.Columns, sqlgraph.NewFieldSpec(chatpush.FieldID, field.TypeUUID))
 	id, ok := _u.mutation.ID()
 	if !ok {
-		return nil, &ValidationError{Name: "id", err: errors.New(`ent: missing "ChatUpdate.id" for update`)}
+		return nil, &ValidationError{Name: "id", err: errors.New(`ent: missing "ChatPush.id" for update`)}
 	}
 	_spec.Node.ID.Value = id
 	if fields := _u.fields; len(fields) > 0 {
 		_spec.Node.Columns = make([]string, 0, len(fields))
-		_spec.Node.Columns = append(_spec.Node.Columns, chatupdate.FieldID)
+		_spec.Node.Columns = append(_spec.Node.Columns, chatpush.FieldID)
 		for _, f := range fields {
-			if !chatupdate.ValidColumn(f) {
+			if !chatpush.ValidColumn(f) {
 				return nil, &ValidationError{Name: f, err: fmt.Errorf("ent: invalid field %q for query", f)}
 			}
-			if f != chatupdate.FieldID {
+			if f != chatpush.FieldID {
 				_spec.Node.Columns = append(_spec.Node.Columns, f)
 			}
 		}
@@ -244,18 +244,18 @@ func (_u *ChatUpdateUpdateOne) sqlSave(ctx context.Context) (_node *ChatUpdate, 
 		}
 	}
 	if value, ok := _u.mutation.PushedAt(); ok {
-		_spec.SetField(chatupdate.FieldPushedAt, field.TypeTime, value)
+		_spec.SetField(chatpush.FieldPushedAt, field.TypeTime, value)
 	}
 	if _u.mutation.PushedAtCleared() {
-		_spec.ClearField(chatupdate.FieldPushedAt, field.TypeTime)
+		_spec.ClearField(chatpush.FieldPushedAt, field.TypeTime)
 	}
 	_spec.AddModifiers(_u.modifiers...)
-	_node = &ChatUpdate{config: _u.config}
+	_node = &ChatPush{config: _u.config}
 	_spec.Assign = _node.assignValues
 	_spec.ScanValues = _node.scanValues
 	if err = sqlgraph.UpdateNode(ctx, _u.driver, _spec); err != nil {
 		if _, ok := err.(*sqlgraph.NotFoundError); ok {
-			err = &NotFoundError{chatupdate.Label}
+			err = &NotFoundError{chatpush.Label}
 		} else if sqlgraph.IsConstraintError(err) {
 			err = &ConstraintError{msg: err.Error(), wrap: err}
 		}

@@ -8,30 +8,30 @@ import (
 	"entgo.io/ent/dialect/sql"
 	"entgo.io/ent/dialect/sql/sqlgraph"
 	"entgo.io/ent/schema/field"
-	"github.com/pin-platform/consumers/ent/chatupdate"
+	"github.com/pin-platform/consumers/ent/chatpush"
 	"github.com/pin-platform/consumers/ent/predicate"
 )
 
-// ChatUpdateDelete is the builder for deleting a ChatUpdate entity.
-type ChatUpdateDelete struct {
+// ChatPushDelete is the builder for deleting a ChatPush entity.
+type ChatPushDelete struct {
 	config
 	hooks    []Hook
-	mutation *ChatUpdateMutation
+	mutation *ChatPushMutation
 }
 
-// Where appends a list predicates to the ChatUpdateDelete builder.
-func (_d *ChatUpdateDelete) Where(ps ...predicate.ChatUpdate) *ChatUpdateDelete {
+// Where appends a list predicates to the ChatPushDelete builder.
+func (_d *ChatPushDelete) Where(ps ...predicate.ChatPush) *ChatPushDelete {
 	_d.mutation.Where(ps...)
 	return _d
 }
 
 // Exec executes the deletion query and returns how many vertices were deleted.
-func (_d *ChatUpdateDelete) Exec(ctx context.Context) (int, error) {
+func (_d *ChatPushDelete) Exec(ctx context.Context) (int, error) {
 	return withHooks(ctx, _d.sqlExec, _d.mutation, _d.hooks)
 }
 
 // ExecX is like Exec, but panics if an error occurs.
-func (_d *ChatUpdateDelete) ExecX(ctx context.Context) int {
+func (_d *ChatPushDelete) ExecX(ctx context.Context) int {
 	n, err := _d.Exec(ctx)
 	if err != nil {
 		panic(err)
@@ -39,8 +39,8 @@ func (_d *ChatUpdateDelete) ExecX(ctx context.Context) int {
 	return n
 }
 
-func (_d *ChatUpdateDelete) sqlExec(ctx context.Context) (int, error) {
-	_spec := sqlgraph.NewDeleteSpec(chatupdate.Table, sqlgraph.NewFieldSpec(chatupdate.FieldID, field.TypeUUID))
+func (_d *ChatPushDelete) sqlExec(ctx context.Context) (int, error) {
+	_spec := sqlgraph.NewDeleteSpec(chatpush.Table, sqlgraph.NewFieldSpec(chatpush.FieldID, field.TypeUUID))
 	if ps := _d.mutation.predicates; len(ps) > 0 {
 		_spec.Predicate = func(selector *sql.Selector) {
 			for i := range ps {
@@ -56,32 +56,32 @@ func (_d *ChatUpdateDelete) sqlExec(ctx context.Context) (int, error) {
 	return affected, err
 }
 
-// ChatUpdateDeleteOne is the builder for deleting a single ChatUpdate entity.
-type ChatUpdateDeleteOne struct {
-	_d *ChatUpdateDelete
+// ChatPushDeleteOne is the builder for deleting a single ChatPush entity.
+type ChatPushDeleteOne struct {
+	_d *ChatPushDelete
 }
 
-// Where appends a list predicates to the ChatUpdateDelete builder.
-func (_d *ChatUpdateDeleteOne) Where(ps ...predicate.ChatUpdate) *ChatUpdateDeleteOne {
+// Where appends a list predicates to the ChatPushDelete builder.
+func (_d *ChatPushDeleteOne) Where(ps ...predicate.ChatPush) *ChatPushDeleteOne {
 	_d._d.mutation.Where(ps...)
 	return _d
 }
 
 // Exec executes the deletion query.
-func (_d *ChatUpdateDeleteOne) Exec(ctx context.Context) error {
+func (_d *ChatPushDeleteOne) Exec(ctx context.Context) error {
 	n, err := _d._d.Exec(ctx)
 	switch {
 	case err != nil:
 		return err
 	case n == 0:
-		return &NotFoundError{chatupdate.Label}
+		return &NotFoundError{chatpush.Label}
 	default:
 		return nil
 	}
 }
 
 // ExecX is like Exec, but panics if an error occurs.
-func (_d *ChatUpdateDeleteOne) ExecX(ctx context.Context) {
+func (_d *ChatPushDeleteOne) ExecX(ctx context.Context) {
 	if err := _d.Exec(ctx); err != nil {
 		panic(err)
 	}

@@ -14,44 +14,44 @@ import (
 	"entgo.io/ent/schema/field"
 	"github.com/google/uuid"
 	"github.com/pin-platform/consumers/ent/chat"
-	"github.com/pin-platform/consumers/ent/chatupdate"
+	"github.com/pin-platform/consumers/ent/chatpush"
 	"github.com/pin-platform/consumers/schema/uuidarray"
 )
 
-// ChatUpdateCreate is the builder for creating a ChatUpdate entity.
-type ChatUpdateCreate struct {
+// ChatPushCreate is the builder for creating a ChatPush entity.
+type ChatPushCreate struct {
 	config
-	mutation *ChatUpdateMutation
+	mutation *ChatPushMutation
 	hooks    []Hook
 	conflict []sql.ConflictOption
 }
 
 // SetChatID sets the "chat_id" field.
-func (_c *ChatUpdateCreate) SetChatID(v uuid.UUID) *ChatUpdateCreate {
+func (_c *ChatPushCreate) SetChatID(v uuid.UUID) *ChatPushCreate {
 	_c.mutation.SetChatID(v)
 	return _c
 }
 
 // SetRecipientUserIds sets the "recipient_user_ids" field.
-func (_c *ChatUpdateCreate) SetRecipientUserIds(v uuidarray.UUIDs) *ChatUpdateCreate {
+func (_c *ChatPushCreate) SetRecipientUserIds(v uuidarray.UUIDs) *ChatPushCreate {
 	_c.mutation.SetRecipientUserIds(v)
 	return _c
 }
 
 // SetRevokedUserIds sets the "revoked_user_ids" field.
-func (_c *ChatUpdateCreate) SetRevokedUserIds(v uuidarray.UUIDs) *ChatUpdateCreate {
+func (_c *ChatPushCreate) SetRevokedUserIds(v uuidarray.UUIDs) *ChatPushCreate {
 	_c.mutation.SetRevokedUserIds(v)
 	return _c
 }
 
 // SetCreatedAt sets the "created_at" field.
-func (_c *ChatUpdateCreate) SetCreatedAt(v time.Time) *ChatUpdateCreate {
+func (_c *ChatPushCreate) SetCreatedAt(v time.Time) *ChatPushCreate {
 	_c.mutation.SetCreatedAt(v)
 	return _c
 }
 
 // SetNillableCreatedAt sets the "created_at" field if the given value is not nil.
-func (_c *ChatUpdateCreate) SetNillableCreatedAt(v *time.Time) *ChatUpdateCreate {
+func (_c *ChatPushCreate) SetNillableCreatedAt(v *time.Time) *ChatPushCreate {
 	if v != nil {
 		_c.SetCreatedAt(*v)
 	}
@@ -59,13 +59,13 @@ func (_c *ChatUpdateCreate) SetNillableCreatedAt(v *time.Time) *ChatUpdateCreate
 }
 
 // SetPushedAt sets the "pushed_at" field.
-func (_c *ChatUpdateCreate) SetPushedAt(v time.Time) *ChatUpdateCreate {
+func (_c *ChatPushCreate) SetPushedAt(v time.Time) *ChatPushCreate {
 	_c.mutation.SetPushedAt(v)
 	return _c
 }
 
 // SetNillablePushedAt sets the "pushed_at" field if the given value is not nil.
-func (_c *ChatUpdateCreate) SetNillablePushedAt(v *time.Time) *ChatUpdateCreate {
+func (_c *ChatPushCreate) SetNillablePushedAt(v *time.Time) *ChatPushCreate {
 	if v != nil {
 		_c.SetPushedAt(*v)
 	}
@@ -73,13 +73,13 @@ func (_c *ChatUpdateCreate) SetNillablePushedAt(v *time.Time) *ChatUpdateCreate 
 }
 
 // SetID sets the "id" field.
-func (_c *ChatUpdateCreate) SetID(v uuid.UUID) *ChatUpdateCreate {
+func (_c *ChatPushCreate) SetID(v uuid.UUID) *ChatPushCreate {
 	_c.mutation.SetID(v)
 	return _c
 }
 
 // SetNillableID sets the "id" field if the given value is not nil.
-func (_c *ChatUpdateCreate) SetNillableID(v *uuid.UUID) *ChatUpdateCreate {
+func (_c *ChatPushCreate) SetNillableID(v *uuid.UUID) *ChatPushCreate {
 	if v != nil {
 		_c.SetID(*v)
 	}
@@ -87,23 +87,23 @@ func (_c *ChatUpdateCreate) SetNillableID(v *uuid.UUID) *ChatUpdateCreate {
 }
 
 // SetChat sets the "chat" edge to the Chat entity.
-func (_c *ChatUpdateCreate) SetChat(v *Chat) *ChatUpdateCreate {
+func (_c *ChatPushCreate) SetChat(v *Chat) *ChatPushCreate {
 	return _c.SetChatID(v.ID)
 }
 
-// Mutation returns the ChatUpdateMutation object of the builder.
-func (_c *ChatUpdateCreate) Mutation() *ChatUpdateMutation {
+// Mutation returns the ChatPushMutation object of the builder.
+func (_c *ChatPushCreate) Mutation() *ChatPushMutation {
 	return _c.mutation
 }
 
-// Save creates the ChatUpdate in the database.
-func (_c *ChatUpdateCreate) Save(ctx context.Context) (*ChatUpdate, error) {
+// Save creates the ChatPush in the database.
+func (_c *ChatPushCreate) Save(ctx context.Context) (*ChatPush, error) {
 	_c.defaults()
 	return withHooks(ctx, _c.sqlSave, _c.mutation, _c.hooks)
 }
 
 // SaveX calls Save and panics if Save returns an error.
-func (_c *ChatUpdateCreate) SaveX(ctx context.Context) *ChatUpdate {
+func (_c *ChatPushCreate) SaveX(ctx context.Context) *ChatPush {
 	v, err := _c.Save(ctx)
 	if err != nil {
 		panic(err)
@@ -112,50 +112,50 @@ func (_c *ChatUpdateCreate) SaveX(ctx context.Context) *ChatUpdate {
 }
 
 // Exec executes the query.
-func (_c *ChatUpdateCreate) Exec(ctx context.Context) error {
+func (_c *ChatPushCreate) Exec(ctx context.Context) error {
 	_, err := _c.Save(ctx)
 	return err
 }
 
 // ExecX is like Exec, but panics if an error occurs.
-func (_c *ChatUpdateCreate) ExecX(ctx context.Context) {
+func (_c *ChatPushCreate) ExecX(ctx context.Context) {
 	if err := _c.Exec(ctx); err != nil {
 		panic(err)
 	}
 }
 
 // defaults sets the default values of the builder before save.
-func (_c *ChatUpdateCreate) defaults() {
+func (_c *ChatPushCreate) defaults() {
 	if _, ok := _c.mutation.RecipientUserIds(); !ok {
-		v := chatupdate.DefaultRecipientUserIds
+		v := chatpush.DefaultRecipientUserIds
 		_c.mutation.SetRecipientUserIds(v)
 	}
 	if _, ok := _c.mutation.RevokedUserIds(); !ok {
-		v := chatupdate.DefaultRevokedUserIds
+		v := chatpush.DefaultRevokedUserIds
 		_c.mutation.SetRevokedUserIds(v)
 	}
 	if _, ok := _c.mutation.CreatedAt(); !ok {
-		v := chatupdate.DefaultCreatedAt()
+		v := chatpush.DefaultCreatedAt()
 		_c.mutation.SetCreatedAt(v)
 	}
 	if _, ok := _c.mutation.ID(); !ok {
-		v := chatupdate.DefaultID()
+		v := chatpush.DefaultID()
 		_c.mutation.SetID(v)
 	}
 }
 
 // check runs all checks and user-defined validators on the builder.
-func (_c *ChatUpdateCreate) check() error {
+func (_c *ChatPushCreate) check() error {
 	if _, ok := _c.mutation.ChatID(); !ok {
-		return &ValidationError{Name: "chat_id", err: errors.New(`ent: missing required field "ChatUpdate.chat_id"`)}
+		return &ValidationError{Name: "chat_id", err: errors.New(`ent: missing required field "ChatPush.chat_id"`)}
 	}
 	if len(_c.mutation.ChatIDs()) == 0 {
-		return &ValidationError{Name: "chat", err: errors.New(`ent: missing required edge "ChatUpdate.chat"`)}
+		return &ValidationError{Name: "chat", err: errors.New(`ent: missing required edge "ChatPush.chat"`)}
 	}
 	return nil
 }
 
-func (_c *ChatUpdateCreate) sqlSave(ctx context.Context) (*ChatUpdate, error) {
+func (_c *ChatPushCreate) sqlSave(ctx context.Context) (*ChatPush, error) {
 	if err := _c.check(); err != nil {
 		return nil, err
 	}
@@ -178,10 +178,10 @@ func (_c *ChatUpdateCreate) sqlSave(ctx context.Context) (*ChatUpdate, error) {
 	return _node, nil
 }
 
-func (_c *ChatUpdateCreate) createSpec() (*ChatUpdate, *sqlgraph.CreateSpec) {
+func (_c *ChatPushCreate) createSpec() (*ChatPush, *sqlgraph.CreateSpec) {
 	var (
-		_node = &ChatUpdate{config: _c.config}
-		_spec = sqlgraph.NewCreateSpec(chatupdate.Table, sqlgraph.NewFieldSpec(chatupdate.FieldID, field.TypeUUID))
+		_node = &ChatPush{config: _c.config}
+		_spec = sqlgraph.NewCreateSpec(chatpush.Table, sqlgraph.NewFieldSpec(chatpush.FieldID, field.TypeUUID))
 	)
 	_spec.OnConflict = _c.conflict
 	if id, ok := _c.mutation.ID(); ok {
@@ -189,27 +189,27 @@ func (_c *ChatUpdateCreate) createSpec() (*ChatUpdate, *sqlgraph.CreateSpec) {
 		_spec.ID.Value = &id
 	}
 	if value, ok := _c.mutation.RecipientUserIds(); ok {
-		_spec.SetField(chatupdate.FieldRecipientUserIds, field.TypeOther, value)
+		_spec.SetField(chatpush.FieldRecipientUserIds, field.TypeOther, value)
 		_node.RecipientUserIds = value
 	}
 	if value, ok := _c.mutation.RevokedUserIds(); ok {
-		_spec.SetField(chatupdate.FieldRevokedUserIds, field.TypeOther, value)
+		_spec.SetField(chatpush.FieldRevokedUserIds, field.TypeOther, value)
 		_node.RevokedUserIds = value
 	}
 	if value, ok := _c.mutation.CreatedAt(); ok {
-		_spec.SetField(chatupdate.FieldCreatedAt, field.TypeTime, value)
+		_spec.SetField(chatpush.FieldCreatedAt, field.TypeTime, value)
 		_node.CreatedAt = value
 	}
 	if value, ok := _c.mutation.PushedAt(); ok {
-		_spec.SetField(chatupdate.FieldPushedAt, field.TypeTime, value)
+		_spec.SetField(chatpush.FieldPushedAt, field.TypeTime, value)
 		_node.PushedAt = &value
 	}
 	if nodes := _c.mutation.ChatIDs(); len(nodes) > 0 {
 		edge := &sqlgraph.EdgeSpec{
 			Rel:     sqlgraph.M2O,
 			Inverse: true,
-			Table:   chatupdate.ChatTable,
-			Columns: []string{chatupdate.ChatColumn},
+			Table:   chatpush.ChatTable,
+			Columns: []string{chatpush.ChatColumn},
 			Bidi:    false,
 			Target: &sqlgraph.EdgeTarget{
 				IDSpec: sqlgraph.NewFieldSpec(chat.FieldID, field.TypeUUID),
@@ -227,7 +227,7 @@ func (_c *ChatUpdateCreate) createSpec() (*ChatUpdate, *sqlgraph.CreateSpec) {
 // OnConflict allows configuring the `ON CONFLICT` / `ON DUPLICATE KEY` clause
 // of the `INSERT` statement. For example:
 //
-//	client.ChatUpdate.Create().
+//	client.ChatPush.Create().
 //		SetChatID(v).
 //		OnConflict(
 //			// Update the row with the new values
@@ -236,13 +236,13 @@ func (_c *ChatUpdateCreate) createSpec() (*ChatUpdate, *sqlgraph.CreateSpec) {
 //		).
 //		// Override some of the fields with custom
 //		// update values.
-//		Update(func(u *ent.ChatUpdateUpsert) {
+//		Update(func(u *ent.ChatPushUpsert) {
 //			SetChatID(v+v).
 //		}).
 //		Exec(ctx)
-func (_c *ChatUpdateCreate) OnConflict(opts ...sql.ConflictOption) *ChatUpdateUpsertOne {
+func (_c *ChatPushCreate) OnConflict(opts ...sql.ConflictOption) *ChatPushUpsertOne {
 	_c.conflict = opts
-	return &ChatUpdateUpsertOne{
+	return &ChatPushUpsertOne{
 		create: _c,
 	}
 }
@@ -250,75 +250,75 @@ func (_c *ChatUpdateCreate) OnConflict(opts ...sql.ConflictOption) *ChatUpdateUp
 // OnConflictColumns calls `OnConflict` and configures the columns
 // as conflict target. Using this option is equivalent to using:
 //
-//	client.ChatUpdate.Create().
+//	client.ChatPush.Create().
 //		OnConflict(sql.ConflictColumns(columns...)).
 //		Exec(ctx)
-func (_c *ChatUpdateCreate) OnConflictColumns(columns ...string) *ChatUpdateUpsertOne {
+func (_c *ChatPushCreate) OnConflictColumns(columns ...string) *ChatPushUpsertOne {
 	_c.conflict = append(_c.conflict, sql.ConflictColumns(columns...))
-	return &ChatUpdateUpsertOne{
+	return &ChatPushUpsertOne{
 		create: _c,
 	}
 }
 
 type (
-	// ChatUpdateUpsertOne is the builder for "upsert"-ing
-	//  one ChatUpdate node.
-	ChatUpdateUpsertOne struct {
-		create *ChatUpdateCreate
+	// ChatPushUpsertOne is the builder for "upsert"-ing
+	//  one ChatPush node.
+	ChatPushUpsertOne struct {
+		create *ChatPushCreate
 	}
 
-	// ChatUpdateUpsert is the "OnConflict" setter.
-	ChatUpdateUpsert struct {
+	// ChatPushUpsert is the "OnConflict" setter.
+	ChatPushUpsert struct {
 		*sql.UpdateSet
 	}
 )
 
 // SetPushedAt sets the "pushed_at" field.
-func (u *ChatUpdateUpsert) SetPushedAt(v time.Time) *ChatUpdateUpsert {
-	u.Set(chatupdate.FieldPushedAt, v)
+func (u *ChatPushUpsert) SetPushedAt(v time.Time) *ChatPushUpsert {
+	u.Set(chatpush.FieldPushedAt, v)
 	return u
 }
 
 // UpdatePushedAt sets the "pushed_at" field to the value that was provided on create.
-func (u *ChatUpdateUpsert) UpdatePushedAt() *ChatUpdateUpsert {
-	u.SetExcluded(chatupdate.FieldPushedAt)
+func (u *ChatPushUpsert) UpdatePushedAt() *ChatPushUpsert {
+	u.SetExcluded(chatpush.FieldPushedAt)
 	return u
 }
 
 // ClearPushedAt clears the value of the "pushed_at" field.
-func (u *ChatUpdateUpsert) ClearPushedAt() *ChatUpdateUpsert {
-	u.SetNull(chatupdate.FieldPushedAt)
+func (u *ChatPushUpsert) ClearPushedAt() *ChatPushUpsert {
+	u.SetNull(chatpush.FieldPushedAt)
 	return u
 }
 
 // UpdateNewValues updates the mutable fields using the new values that were set on create except the ID field.
 // Using this option is equivalent to using:
 //
-//	client.ChatUpdate.Create().
+//	client.ChatPush.Create().
 //		OnConflict(
 //			sql.ResolveWithNewValues(),
 //			sql.ResolveWith(func(u *sql.UpdateSet) {
-//				u.SetIgnore(chatupdate.FieldID)
+//				u.SetIgnore(chatpush.FieldID)
 //			}),
 //		).
 //		Exec(ctx)
-func (u *ChatUpdateUpsertOne) UpdateNewValues() *ChatUpdateUpsertOne {
+func (u *ChatPushUpsertOne) UpdateNewValues() *ChatPushUpsertOne {
 	u.create.conflict = append(u.create.conflict, sql.ResolveWithNewValues())
 	u.create.conflict = append(u.create.conflict, sql.ResolveWith(func(s *sql.UpdateSet) {
 		if _, exists := u.create.mutation.ID(); exists {
-			s.SetIgnore(chatupdate.FieldID)
+			s.SetIgnore(chatpush.FieldID)
 		}
 		if _, exists := u.create.mutation.ChatID(); exists {
-			s.SetIgnore(chatupdate.FieldChatID)
+			s.SetIgnore(chatpush.FieldChatID)
 		}
 		if _, exists := u.create.mutation.RecipientUserIds(); exists {
-			s.SetIgnore(chatupdate.FieldRecipientUserIds)
+			s.SetIgnore(chatpush.FieldRecipientUserIds)
 		}
 		if _, exists := u.create.mutation.RevokedUserIds(); exists {
-			s.SetIgnore(chatupdate.FieldRevokedUserIds)
+			s.SetIgnore(chatpush.FieldRevokedUserIds)
 		}
 		if _, exists := u.create.mutation.CreatedAt(); exists {
-			s.SetIgnore(chatupdate.FieldCreatedAt)
+			s.SetIgnore(chatpush.FieldCreatedAt)
 		}
 	}))
 	return u
@@ -327,72 +327,72 @@ func (u *ChatUpdateUpsertOne) UpdateNewValues() *ChatUpdateUpsertOne {
 // Ignore sets each column to itself in case of conflict.
 // Using this option is equivalent to using:
 //
-//	client.ChatUpdate.Create().
+//	client.ChatPush.Create().
 //	    OnConflict(sql.ResolveWithIgnore()).
 //	    Exec(ctx)
-func (u *ChatUpdateUpsertOne) Ignore() *ChatUpdateUpsertOne {
+func (u *ChatPushUpsertOne) Ignore() *ChatPushUpsertOne {
 	u.create.conflict = append(u.create.conflict, sql.ResolveWithIgnore())
 	return u
 }
 
 // DoNothing configures the conflict_action to `DO NOTHING`.
 // Supported only by SQLite and PostgreSQL.
-func (u *ChatUpdateUpsertOne) DoNothing() *ChatUpdateUpsertOne {
+func (u *ChatPushUpsertOne) DoNothing() *ChatPushUpsertOne {
 	u.create.conflict = append(u.create.conflict, sql.DoNothing())
 	return u
 }
 
-// Update allows overriding fields `UPDATE` values. See the ChatUpdateCreate.OnConflict
+// Update allows overriding fields `UPDATE` values. See the ChatPushCreate.OnConflict
 // documentation for more info.
-func (u *ChatUpdateUpsertOne) Update(set func(*ChatUpdateUpsert)) *ChatUpdateUpsertOne {
+func (u *ChatPushUpsertOne) Update(set func(*ChatPushUpsert)) *ChatPushUpsertOne {
 	u.create.conflict = append(u.create.conflict, sql.ResolveWith(func(update *sql.UpdateSet) {
-		set(&ChatUpdateUpsert{UpdateSet: update})
+		set(&ChatPushUpsert{UpdateSet: update})
 	}))
 	return u
 }
 
 // SetPushedAt sets the "pushed_at" field.
-func (u *ChatUpdateUpsertOne) SetPushedAt(v time.Time) *ChatUpdateUpsertOne {
-	return u.Update(func(s *ChatUpdateUpsert) {
+func (u *ChatPushUpsertOne) SetPushedAt(v time.Time) *ChatPushUpsertOne {
+	return u.Update(func(s *ChatPushUpsert) {
 		s.SetPushedAt(v)
 	})
 }
 
 // UpdatePushedAt sets the "pushed_at" field to the value that was provided on create.
-func (u *ChatUpdateUpsertOne) UpdatePushedAt() *ChatUpdateUpsertOne {
-	return u.Update(func(s *ChatUpdateUpsert) {
+func (u *ChatPushUpsertOne) UpdatePushedAt() *ChatPushUpsertOne {
+	return u.Update(func(s *ChatPushUpsert) {
 		s.UpdatePushedAt()
 	})
 }
 
 // ClearPushedAt clears the value of the "pushed_at" field.
-func (u *ChatUpdateUpsertOne) ClearPushedAt() *ChatUpdateUpsertOne {
-	return u.Update(func(s *ChatUpdateUpsert) {
+func (u *ChatPushUpsertOne) ClearPushedAt() *ChatPushUpsertOne {
+	return u.Update(func(s *ChatPushUpsert) {
 		s.ClearPushedAt()
 	})
 }
 
 // Exec executes the query.
-func (u *ChatUpdateUpsertOne) Exec(ctx context.Context) error {
+func (u *ChatPushUpsertOne) Exec(ctx context.Context) error {
 	if len(u.create.conflict) == 0 {
-		return errors.New("ent: missing options for ChatUpdateCreate.OnConflict")
+		return errors.New("ent: missing options for ChatPushCreate.OnConflict")
 	}
 	return u.create.Exec(ctx)
 }
 
 // ExecX is like Exec, but panics if an error occurs.
-func (u *ChatUpdateUpsertOne) ExecX(ctx context.Context) {
+func (u *ChatPushUpsertOne) ExecX(ctx context.Context) {
 	if err := u.create.Exec(ctx); err != nil {
 		panic(err)
 	}
 }
 
 // Exec executes the UPSERT query and returns the inserted/updated ID.
-func (u *ChatUpdateUpsertOne) ID(ctx context.Context) (id uuid.UUID, err error) {
+func (u *ChatPushUpsertOne) ID(ctx context.Context) (id uuid.UUID, err error) {
 	if u.create.driver.Dialect() == dialect.MySQL {
 		// In case of "ON CONFLICT", there is no way to get back non-numeric ID
 		// fields from the database since MySQL does not support the RETURNING clause.
-		return id, errors.New("ent: ChatUpdateUpsertOne.ID is not supported by MySQL driver. Use ChatUpdateUpsertOne.Exec instead")
+		return id, errors.New("ent: ChatPushUpsertOne.ID is not supported by MySQL driver. Use ChatPushUpsertOne.Exec instead")
 	}
 	node, err := u.create.Save(ctx)
 	if err != nil {
@@ -402,7 +402,7 @@ func (u *ChatUpdateUpsertOne) ID(ctx context.Context) (id uuid.UUID, err error) 
 }
 
 // IDX is like ID, but panics if an error occurs.
-func (u *ChatUpdateUpsertOne) IDX(ctx context.Context) uuid.UUID {
+func (u *ChatPushUpsertOne) IDX(ctx context.Context) uuid.UUID {
 	id, err := u.ID(ctx)
 	if err != nil {
 		panic(err)
@@ -410,28 +410,28 @@ func (u *ChatUpdateUpsertOne) IDX(ctx context.Context) uuid.UUID {
 	return id
 }
 
-// ChatUpdateCreateBulk is the builder for creating many ChatUpdate entities in bulk.
-type ChatUpdateCreateBulk struct {
+// ChatPushCreateBulk is the builder for creating many ChatPush entities in bulk.
+type ChatPushCreateBulk struct {
 	config
 	err      error
-	builders []*ChatUpdateCreate
+	builders []*ChatPushCreate
 	conflict []sql.ConflictOption
 }
 
-// Save creates the ChatUpdate entities in the database.
-func (_c *ChatUpdateCreateBulk) Save(ctx context.Context) ([]*ChatUpdate, error) {
+// Save creates the ChatPush entities in the database.
+func (_c *ChatPushCreateBulk) Save(ctx context.Context) ([]*ChatPush, error) {
 	if _c.err != nil {
 		return nil, _c.err
 	}
 	specs := make([]*sqlgraph.CreateSpec, len(_c.builders))
-	nodes := make([]*ChatUpdate, len(_c.builders))
+	nodes := make([]*ChatPush, len(_c.builders))
 	mutators := make([]Mutator, len(_c.builders))
 	for i := range _c.builders {
 		func(i int, root context.Context) {
 			builder := _c.builders[i]
 			builder.defaults()
 			var mut Mutator = MutateFunc(func(ctx context.Context, m Mutation) (Value, error) {
-				mutation, ok := m.(*ChatUpdateMutation)
+				mutation, ok := m.(*ChatPushMutation)
 				if !ok {
 					return nil, fmt.Errorf("unexpected mutation type %T", m)
 				}
@@ -475,7 +475,7 @@ func (_c *ChatUpdateCreateBulk) Save(ctx context.Context) ([]*ChatUpdate, error)
 }
 
 // SaveX is like Save, but panics if an error occurs.
-func (_c *ChatUpdateCreateBulk) SaveX(ctx context.Context) []*ChatUpdate {
+func (_c *ChatPushCreateBulk) SaveX(ctx context.Context) []*ChatPush {
 	v, err := _c.Save(ctx)
 	if err != nil {
 		panic(err)
@@ -484,13 +484,13 @@ func (_c *ChatUpdateCreateBulk) SaveX(ctx context.Context) []*ChatUpdate {
 }
 
 // Exec executes the query.
-func (_c *ChatUpdateCreateBulk) Exec(ctx context.Context) error {
+func (_c *ChatPushCreateBulk) Exec(ctx context.Context) error {
 	_, err := _c.Save(ctx)
 	return err
 }
 
 // ExecX is like Exec, but panics if an error occurs.
-func (_c *ChatUpdateCreateBulk) ExecX(ctx context.Context) {
+func (_c *ChatPushCreateBulk) ExecX(ctx context.Context) {
 	if err := _c.Exec(ctx); err != nil {
 		panic(err)
 	}
@@ -499,7 +499,7 @@ func (_c *ChatUpdateCreateBulk) ExecX(ctx context.Context) {
 // OnConflict allows configuring the `ON CONFLICT` / `ON DUPLICATE KEY` clause
 // of the `INSERT` statement. For example:
 //
-//	client.ChatUpdate.CreateBulk(builders...).
+//	client.ChatPush.CreateBulk(builders...).
 //		OnConflict(
 //			// Update the row with the new values
 //			// the was proposed for insertion.
@@ -507,13 +507,13 @@ func (_c *ChatUpdateCreateBulk) ExecX(ctx context.Context) {
 //		).
 //		// Override some of the fields with custom
 //		// update values.
-//		Update(func(u *ent.ChatUpdateUpsert) {
+//		Update(func(u *ent.ChatPushUpsert) {
 //			SetChatID(v+v).
 //		}).
 //		Exec(ctx)
-func (_c *ChatUpdateCreateBulk) OnConflict(opts ...sql.ConflictOption) *ChatUpdateUpsertBulk {
+func (_c *ChatPushCreateBulk) OnConflict(opts ...sql.ConflictOption) *ChatPushUpsertBulk {
 	_c.conflict = opts
-	return &ChatUpdateUpsertBulk{
+	return &ChatPushUpsertBulk{
 		create: _c,
 	}
 }
@@ -521,51 +521,51 @@ func (_c *ChatUpdateCreateBulk) OnConflict(opts ...sql.ConflictOption) *ChatUpda
 // OnConflictColumns calls `OnConflict` and configures the columns
 // as conflict target. Using this option is equivalent to using:
 //
-//	client.ChatUpdate.Create().
+//	client.ChatPush.Create().
 //		OnConflict(sql.ConflictColumns(columns...)).
 //		Exec(ctx)
-func (_c *ChatUpdateCreateBulk) OnConflictColumns(columns ...string) *ChatUpdateUpsertBulk {
+func (_c *ChatPushCreateBulk) OnConflictColumns(columns ...string) *ChatPushUpsertBulk {
 	_c.conflict = append(_c.conflict, sql.ConflictColumns(columns...))
-	return &ChatUpdateUpsertBulk{
+	return &ChatPushUpsertBulk{
 		create: _c,
 	}
 }
 
-// ChatUpdateUpsertBulk is the builder for "upsert"-ing
-// a bulk of ChatUpdate nodes.
-type ChatUpdateUpsertBulk struct {
-	create *ChatUpdateCreateBulk
+// ChatPushUpsertBulk is the builder for "upsert"-ing
+// a bulk of ChatPush nodes.
+type ChatPushUpsertBulk struct {
+	create *ChatPushCreateBulk
 }
 
 // UpdateNewValues updates the mutable fields using the new values that
 // were set on create. Using this option is equivalent to using:
 //
-//	client.ChatUpdate.Create().
+//	client.ChatPush.Create().
 //		OnConflict(
 //			sql.ResolveWithNewValues(),
 //			sql.ResolveWith(func(u *sql.UpdateSet) {
-//				u.SetIgnore(chatupdate.FieldID)
+//				u.SetIgnore(chatpush.FieldID)
 //			}),
 //		).
 //		Exec(ctx)
-func (u *ChatUpdateUpsertBulk) UpdateNewValues() *ChatUpdateUpsertBulk {
+func (u *ChatPushUpsertBulk) UpdateNewValues() *ChatPushUpsertBulk {
 	u.create.conflict = append(u.create.conflict, sql.ResolveWithNewValues())
 	u.create.conflict = append(u.create.conflict, sql.ResolveWith(func(s *sql.UpdateSet) {
 		for _, b := range u.create.builders {
 			if _, exists := b.mutation.ID(); exists {
-				s.SetIgnore(chatupdate.FieldID)
+				s.SetIgnore(chatpush.FieldID)
 			}
 			if _, exists := b.mutation.ChatID(); exists {
-				s.SetIgnore(chatupdate.FieldChatID)
+				s.SetIgnore(chatpush.FieldChatID)
 			}
 			if _, exists := b.mutation.RecipientUserIds(); exists {
-				s.SetIgnore(chatupdate.FieldRecipientUserIds)
+				s.SetIgnore(chatpush.FieldRecipientUserIds)
 			}
 			if _, exists := b.mutation.RevokedUserIds(); exists {
-				s.SetIgnore(chatupdate.FieldRevokedUserIds)
+				s.SetIgnore(chatpush.FieldRevokedUserIds)
 			}
 			if _, exists := b.mutation.CreatedAt(); exists {
-				s.SetIgnore(chatupdate.FieldCreatedAt)
+				s.SetIgnore(chatpush.FieldCreatedAt)
 			}
 		}
 	}))
@@ -575,69 +575,69 @@ func (u *ChatUpdateUpsertBulk) UpdateNewValues() *ChatUpdateUpsertBulk {
 // Ignore sets each column to itself in case of conflict.
 // Using this option is equivalent to using:
 //
-//	client.ChatUpdate.Create().
+//	client.ChatPush.Create().
 //		OnConflict(sql.ResolveWithIgnore()).
 //		Exec(ctx)
-func (u *ChatUpdateUpsertBulk) Ignore() *ChatUpdateUpsertBulk {
+func (u *ChatPushUpsertBulk) Ignore() *ChatPushUpsertBulk {
 	u.create.conflict = append(u.create.conflict, sql.ResolveWithIgnore())
 	return u
 }
 
 // DoNothing configures the conflict_action to `DO NOTHING`.
 // Supported only by SQLite and PostgreSQL.
-func (u *ChatUpdateUpsertBulk) DoNothing() *ChatUpdateUpsertBulk {
+func (u *ChatPushUpsertBulk) DoNothing() *ChatPushUpsertBulk {
 	u.create.conflict = append(u.create.conflict, sql.DoNothing())
 	return u
 }
 
-// Update allows overriding fields `UPDATE` values. See the ChatUpdateCreateBulk.OnConflict
+// Update allows overriding fields `UPDATE` values. See the ChatPushCreateBulk.OnConflict
 // documentation for more info.
-func (u *ChatUpdateUpsertBulk) Update(set func(*ChatUpdateUpsert)) *ChatUpdateUpsertBulk {
+func (u *ChatPushUpsertBulk) Update(set func(*ChatPushUpsert)) *ChatPushUpsertBulk {
 	u.create.conflict = append(u.create.conflict, sql.ResolveWith(func(update *sql.UpdateSet) {
-		set(&ChatUpdateUpsert{UpdateSet: update})
+		set(&ChatPushUpsert{UpdateSet: update})
 	}))
 	return u
 }
 
 // SetPushedAt sets the "pushed_at" field.
-func (u *ChatUpdateUpsertBulk) SetPushedAt(v time.Time) *ChatUpdateUpsertBulk {
-	return u.Update(func(s *ChatUpdateUpsert) {
+func (u *ChatPushUpsertBulk) SetPushedAt(v time.Time) *ChatPushUpsertBulk {
+	return u.Update(func(s *ChatPushUpsert) {
 		s.SetPushedAt(v)
 	})
 }
 
 // UpdatePushedAt sets the "pushed_at" field to the value that was provided on create.
-func (u *ChatUpdateUpsertBulk) UpdatePushedAt() *ChatUpdateUpsertBulk {
-	return u.Update(func(s *ChatUpdateUpsert) {
+func (u *ChatPushUpsertBulk) UpdatePushedAt() *ChatPushUpsertBulk {
+	return u.Update(func(s *ChatPushUpsert) {
 		s.UpdatePushedAt()
 	})
 }
 
 // ClearPushedAt clears the value of the "pushed_at" field.
-func (u *ChatUpdateUpsertBulk) ClearPushedAt() *ChatUpdateUpsertBulk {
-	return u.Update(func(s *ChatUpdateUpsert) {
+func (u *ChatPushUpsertBulk) ClearPushedAt() *ChatPushUpsertBulk {
+	return u.Update(func(s *ChatPushUpsert) {
 		s.ClearPushedAt()
 	})
 }
 
 // Exec executes the query.
-func (u *ChatUpdateUpsertBulk) Exec(ctx context.Context) error {
+func (u *ChatPushUpsertBulk) Exec(ctx context.Context) error {
 	if u.create.err != nil {
 		return u.create.err
 	}
 	for i, b := range u.create.builders {
 		if len(b.conflict) != 0 {
-			return fmt.Errorf("ent: OnConflict was set for builder %d. Set it on the ChatUpdateCreateBulk instead", i)
+			return fmt.Errorf("ent: OnConflict was set for builder %d. Set it on the ChatPushCreateBulk instead", i)
 		}
 	}
 	if len(u.create.conflict) == 0 {
-		return errors.New("ent: missing options for ChatUpdateCreateBulk.OnConflict")
+		return errors.New("ent: missing options for ChatPushCreateBulk.OnConflict")
 	}
 	return u.create.Exec(ctx)
 }
 
 // ExecX is like Exec, but panics if an error occurs.
-func (u *ChatUpdateUpsertBulk) ExecX(ctx context.Context) {
+func (u *ChatPushUpsertBulk) ExecX(ctx context.Context) {
 	if err := u.create.Exec(ctx); err != nil {
 		panic(err)
 	}

@@ -14,17 +14,17 @@ import (
 	"entgo.io/ent/schema/field"
 	"github.com/google/uuid"
 	"github.com/pin-platform/consumers/ent/chat"
-	"github.com/pin-platform/consumers/ent/chatupdate"
+	"github.com/pin-platform/consumers/ent/chatpush"
 	"github.com/pin-platform/consumers/ent/predicate"
 )
 
-// ChatUpdateQuery is the builder for querying ChatUpdate entities.
-type ChatUpdateQuery struct {
+// ChatPushQuery is the builder for querying ChatPush entities.
+type ChatPushQuery struct {
 	config
 	ctx        *QueryContext
-	order      []chatupdate.OrderOption
+	order      []chatpush.OrderOption
 	inters     []Interceptor
-	predicates []predicate.ChatUpdate
+	predicates []predicate.ChatPush
 	withChat   *ChatQuery
 	modifiers  []func(*sql.Selector)
 	// intermediate query (i.e. traversal path).
@@ -32,39 +32,39 @@ type ChatUpdateQuery struct {
 	path func(context.Context) (*sql.Selector, error)
 }
 
-// Where adds a new predicate for the ChatUpdateQuery builder.
-func (_q *ChatUpdateQuery) Where(ps ...predicate.ChatUpdate) *ChatUpdateQuery {
+// Where adds a new predicate for the ChatPushQuery builder.
+func (_q *ChatPushQuery) Where(ps ...predicate.ChatPush) *ChatPushQuery {
 	_q.predicates = append(_q.predicates, ps...)
 	return _q
 }
 
 // Limit the number of records to be returned by this query.
-func (_q *ChatUpdateQuery) Limit(limit int) *ChatUpdateQuery {
+func (_q *ChatPushQuery) Limit(limit int) *ChatPushQuery {
 	_q.ctx.Limit = &limit
 	return _q
 }
 
 // Offset to start from.
-func (_q *ChatUpdateQuery) Offset(offset int) *ChatUpdateQuery {
+func (_q *ChatPushQuery) Offset(offset int) *ChatPushQuery {
 	_q.ctx.Offset = &offset
 	return _q
 }
 
 // Unique configures the query builder to filter duplicate records on query.
 // By default, unique is set to true, and can be disabled using this method.
-func (_q *ChatUpdateQuery) Unique(unique bool) *ChatUpdateQuery {
+func (_q *ChatPushQuery) Unique(unique bool) *ChatPushQuery {
 	_q.ctx.Unique = &unique
 	return _q
 }
 
 // Order specifies how the records should be ordered.
-func (_q *ChatUpdateQuery) Order(o ...chatupdate.OrderOption) *ChatUpdateQuery {
+func (_q *ChatPushQuery) Order(o ...chatpush.OrderOption) *ChatPushQuery {
 	_q.order = append(_q.order, o...)
 	return _q
 }
 
 // QueryChat chains the current query on the "chat" edge.
-func (_q *ChatUpdateQuery) QueryChat() *ChatQuery {
+func (_q *ChatPushQuery) QueryChat() *ChatQuery {
 	query := (&ChatClient{config: _q.config}).Query()
 	query.path = func(ctx context.Context) (fromU *sql.Selector, err error) {
 		if err := _q.prepareQuery(ctx); err != nil {
@@ -75,9 +75,9 @@ func (_q *ChatUpdateQuery) QueryChat() *ChatQuery {
 			return nil, err
 		}
 		step := sqlgraph.NewStep(
-			sqlgraph.From(chatupdate.Table, chatupdate.FieldID, selector),
+			sqlgraph.From(chatpush.Table, chatpush.FieldID, selector),
 			sqlgraph.To(chat.Table, chat.FieldID),
-			sqlgraph.Edge(sqlgraph.M2O, true, chatupdate.ChatTable, chatupdate.ChatColumn),
+			sqlgraph.Edge(sqlgraph.M2O, true, chatpush.ChatTable, chatpush.ChatColumn),
 		)
 		fromU = sqlgraph.SetNeighbors(_q.driver.Dialect(), step)
 		return fromU, nil
@@ -85,21 +85,21 @@ func (_q *ChatUpdateQuery) QueryChat() *ChatQuery {
 	return query
 }
 
-// First returns the first ChatUpdate entity from the query.
-// Returns a *NotFoundError when no ChatUpdate was found.
-func (_q *ChatUpdateQuery) First(ctx context.Context) (*ChatUpdate, error) {
+// First returns the first ChatPush entity from the query.
+// Returns a *NotFoundError when no ChatPush was found.
+func (_q *ChatPushQuery) First(ctx context.Context) (*ChatPush, error) {
 	nodes, err := _q.Limit(1).All(setContextOp(ctx, _q.ctx, ent.OpQueryFirst))
 	if err != nil {
 		return nil, err
 	}
 	if len(nodes) == 0 {
-		return nil, &NotFoundError{chatupdate.Label}
+		return nil, &NotFoundError{chatpush.Label}
 	}
 	return nodes[0], nil
 }
 
 // FirstX is like First, but panics if an error occurs.
-func (_q *ChatUpdateQuery) FirstX(ctx context.Context) *ChatUpdate {
+func (_q *ChatPushQuery) FirstX(ctx context.Context) *ChatPush {
 	node, err := _q.First(ctx)
 	if err != nil && !IsNotFound(err) {
 		panic(err)
@@ -107,22 +107,22 @@ func (_q *ChatUpdateQuery) FirstX(ctx context.Context) *ChatUpdate {
 	return node
 }
 
-// FirstID returns the first ChatUpdate ID from the query.
-// Returns a *NotFoundError when no ChatUpdate ID was found.
-func (_q *ChatUpdateQuery) FirstID(ctx context.Context) (id uuid.UUID, err error) {
+// FirstID returns the first ChatPush ID from the query.
+// Returns a *NotFoundError when no ChatPush ID was found.
+func (_q *ChatPushQuery) FirstID(ctx context.Context) (id uuid.UUID, err error) {
 	var ids []uuid.UUID
 	if ids, err = _q.Limit(1).IDs(setContextOp(ctx, _q.ctx, ent.OpQueryFirstID)); err != nil {
 		return
 	}
 	if len(ids) == 0 {
-		err = &NotFoundError{chatupdate.Label}
+		err = &NotFoundError{chatpush.Label}
 		return
 	}
 	return ids[0], nil
 }
 
 // FirstIDX is like FirstID, but panics if an error occurs.
-func (_q *ChatUpdateQuery) FirstIDX(ctx context.Context) uuid.UUID {
+func (_q *ChatPushQuery) FirstIDX(ctx context.Context) uuid.UUID {
 	id, err := _q.FirstID(ctx)
 	if err != nil && !IsNotFound(err) {
 		panic(err)
@@ -130,10 +130,10 @@ func (_q *ChatUpdateQuery) FirstIDX(ctx context.Context) uuid.UUID {
 	return id
 }
 
-// Only returns a single ChatUpdate entity found by the query, ensuring it only returns one.
-// Returns a *NotSingularError when more than one ChatUpdate entity is found.
-// Returns a *NotFoundError when no ChatUpdate entities are found.
-func (_q *ChatUpdateQuery) Only(ctx context.Context) (*ChatUpdate, error) {
+// Only returns a single ChatPush entity found by the query, ensuring it only returns one.
+// Returns a *NotSingularError when more than one ChatPush entity is found.
+// Returns a *NotFoundError when no ChatPush entities are found.
+func (_q *ChatPushQuery) Only(ctx context.Context) (*ChatPush, error) {
 	nodes, err := _q.Limit(2).All(setContextOp(ctx, _q.ctx, ent.OpQueryOnly))
 	if err != nil {
 		return nil, err
@@ -142,14 +142,14 @@ func (_q *ChatUpdateQuery) Only(ctx context.Context) (*ChatUpdate, error) {
 	case 1:
 		return nodes[0], nil
 	case 0:
-		return nil, &NotFoundError{chatupdate.Label}
+		return nil, &NotFoundError{chatpush.Label}
 	default:
-		return nil, &NotSingularError{chatupdate.Label}
+		return nil, &NotSingularError{chatpush.Label}
 	}
 }
 
 // OnlyX is like Only, but panics if an error occurs.
-func (_q *ChatUpdateQuery) OnlyX(ctx context.Context) *ChatUpdate {
+func (_q *ChatPushQuery) OnlyX(ctx context.Context) *ChatPush {
 	node, err := _q.Only(ctx)
 	if err != nil {
 		panic(err)
@@ -157,10 +157,10 @@ func (_q *ChatUpdateQuery) OnlyX(ctx context.Context) *ChatUpdate {
 	return node
 }
 
-// OnlyID is like Only, but returns the only ChatUpdate ID in the query.
-// Returns a *NotSingularError when more than one ChatUpdate ID is found.
+// OnlyID is like Only, but returns the only ChatPush ID in the query.
+// Returns a *NotSingularError when more than one ChatPush ID is found.
 // Returns a *NotFoundError when no entities are found.
-func (_q *ChatUpdateQuery) OnlyID(ctx context.Context) (id uuid.UUID, err error) {
+func (_q *ChatPushQuery) OnlyID(ctx context.Context) (id uuid.UUID, err error) {
 	var ids []uuid.UUID
 	if ids, err = _q.Limit(2).IDs(setContextOp(ctx, _q.ctx, ent.OpQueryOnlyID)); err != nil {
 		return
@@ -169,15 +169,15 @@ func (_q *ChatUpdateQuery) OnlyID(ctx context.Context) (id uuid.UUID, err error)
 	case 1:
 		id = ids[0]
 	case 0:
-		err = &NotFoundError{chatupdate.Label}
+		err = &NotFoundError{chatpush.Label}
 	default:
-		err = &NotSingularError{chatupdate.Label}
+		err = &NotSingularError{chatpush.Label}
 	}
 	return
 }
 
 // OnlyIDX is like OnlyID, but panics if an error occurs.
-func (_q *ChatUpdateQuery) OnlyIDX(ctx context.Context) uuid.UUID {
+func (_q *ChatPushQuery) OnlyIDX(ctx context.Context) uuid.UUID {
 	id, err := _q.OnlyID(ctx)
 	if err != nil {
 		panic(err)
@@ -185,18 +185,18 @@ func (_q *ChatUpdateQuery) OnlyIDX(ctx context.Context) uuid.UUID {
 	return id
 }
 
-// All executes the query and returns a list of ChatUpdates.
-func (_q *ChatUpdateQuery) All(ctx context.Context) ([]*ChatUpdate, error) {
+// All executes the query and returns a list of ChatPushes.
+func (_q *ChatPushQuery) All(ctx context.Context) ([]*ChatPush, error) {
 	ctx = setContextOp(ctx, _q.ctx, ent.OpQueryAll)
 	if err := _q.prepareQuery(ctx); err != nil {
 		return nil, err
 	}
-	qr := querierAll[[]*ChatUpdate, *ChatUpdateQuery]()
-	return withInterceptors[[]*ChatUpdate](ctx, _q, qr, _q.inters)
+	qr := querierAll[[]*ChatPush, *ChatPushQuery]()
+	return withInterceptors[[]*ChatPush](ctx, _q, qr, _q.inters)
 }
 
 // AllX is like All, but panics if an error occurs.
-func (_q *ChatUpdateQuery) AllX(ctx context.Context) []*ChatUpdate {
+func (_q *ChatPushQuery) AllX(ctx context.Context) []*ChatPush {
 	nodes, err := _q.All(ctx)
 	if err != nil {
 		panic(err)
@@ -204,20 +204,20 @@ func (_q *ChatUpdateQuery) AllX(ctx context.Context) []*ChatUpdate {
 	return nodes
 }
 
-// IDs executes the query and returns a list of ChatUpdate IDs.
-func (_q *ChatUpdateQuery) IDs(ctx context.Context) (ids []uuid.UUID, err error) {
+// IDs executes the query and returns a list of ChatPush IDs.
+func (_q *ChatPushQuery) IDs(ctx context.Context) (ids []uuid.UUID, err error) {
 	if _q.ctx.Unique == nil && _q.path != nil {
 		_q.Unique(true)
 	}
 	ctx = setContextOp(ctx, _q.ctx, ent.OpQueryIDs)
-	if err = _q.Select(chatupdate.FieldID).Scan(ctx, &ids); err != nil {
+	if err = _q.Select(chatpush.FieldID).Scan(ctx, &ids); err != nil {
 		return nil, err
 	}
 	return ids, nil
 }
 
 // IDsX is like IDs, but panics if an error occurs.
-func (_q *ChatUpdateQuery) IDsX(ctx context.Context) []uuid.UUID {
+func (_q *ChatPushQuery) IDsX(ctx context.Context) []uuid.UUID {
 	ids, err := _q.IDs(ctx)
 	if err != nil {
 		panic(err)
@@ -226,16 +226,16 @@ func (_q *ChatUpdateQuery) IDsX(ctx context.Context) []uuid.UUID {
 }
 
 // Count returns the count of the given query.
-func (_q *ChatUpdateQuery) Count(ctx context.Context) (int, error) {
+func (_q *ChatPushQuery) Count(ctx context.Context) (int, error) {
 	ctx = setContextOp(ctx, _q.ctx, ent.OpQueryCount)
 	if err := _q.prepareQuery(ctx); err != nil {
 		return 0, err
 	}
-	return withInterceptors[int](ctx, _q, querierCount[*ChatUpdateQuery](), _q.inters)
+	return withInterceptors[int](ctx, _q, querierCount[*ChatPushQuery](), _q.inters)
 }
 
 // CountX is like Count, but panics if an error occurs.
-func (_q *ChatUpdateQuery) CountX(ctx context.Context) int {
+func (_q *ChatPushQuery) CountX(ctx context.Context) int {
 	count, err := _q.Count(ctx)
 	if err != nil {
 		panic(err)
@@ -244,7 +244,7 @@ func (_q *ChatUpdateQuery) CountX(ctx context.Context) int {
 }
 
 // Exist returns true if the query has elements in the graph.
-func (_q *ChatUpdateQuery) Exist(ctx context.Context) (bool, error) {
+func (_q *ChatPushQuery) Exist(ctx context.Context) (bool, error) {
 	ctx = setContextOp(ctx, _q.ctx, ent.OpQueryExist)
 	switch _, err := _q.FirstID(ctx); {
 	case IsNotFound(err):
@@ -257,7 +257,7 @@ func (_q *ChatUpdateQuery) Exist(ctx context.Context) (bool, error) {
 }
 
 // ExistX is like Exist, but panics if an error occurs.
-func (_q *ChatUpdateQuery) ExistX(ctx context.Context) bool {
+func (_q *ChatPushQuery) ExistX(ctx context.Context) bool {
 	exist, err := _q.Exist(ctx)
 	if err != nil {
 		panic(err)
@@ -265,18 +265,18 @@ func (_q *ChatUpdateQuery) ExistX(ctx context.Context) bool {
 	return exist
 }
 
-// Clone returns a duplicate of the ChatUpdateQuery builder, including all associated steps. It can be
+// Clone returns a duplicate of the ChatPushQuery builder, including all associated steps. It can be
 // used to prepare common query builders and use them differently after the clone is made.
-func (_q *ChatUpdateQuery) Clone() *ChatUpdateQuery {
+func (_q *ChatPushQuery) Clone() *ChatPushQuery {
 	if _q == nil {
 		return nil
 	}
-	return &ChatUpdateQuery{
+	return &ChatPushQuery{
 		config:     _q.config,
 		ctx:        _q.ctx.Clone(),
-		order:      append([]chatupdate.OrderOption{}, _q.order...),
+		order:      append([]chatpush.OrderOption{}, _q.order...),
 		inters:     append([]Interceptor{}, _q.inters...),
-		predicates: append([]predicate.ChatUpdate{}, _q.predicates...),
+		predicates: append([]predicate.ChatPush{}, _q.predicates...),
 		withChat:   _q.withChat.Clone(),
 		// clone intermediate query.
 		sql:       _q.sql.Clone(),
@@ -287,7 +287,7 @@ func (_q *ChatUpdateQuery) Clone() *ChatUpdateQuery {
 
 // WithChat tells the query-builder to eager-load the nodes that are connected to
 // the "chat" edge. The optional arguments are used to configure the query builder of the edge.
-func (_q *ChatUpdateQuery) WithChat(opts ...func(*ChatQuery)) *ChatUpdateQuery {
+func (_q *ChatPushQuery) WithChat(opts ...func(*ChatQuery)) *ChatPushQuery {
 	query := (&ChatClient{config: _q.config}).Query()
 	for _, opt := range opts {
 		opt(query)
@@ -306,15 +306,15 @@ func (_q *ChatUpdateQuery) WithChat(opts ...func(*ChatQuery)) *ChatUpdateQuery {
 //		Count int `json:"count,omitempty"`
 //	}
 //
-//	client.ChatUpdate.Query().
-//		GroupBy(chatupdate.FieldChatID).
+//	client.ChatPush.Query().
+//		GroupBy(chatpush.FieldChatID).
 //		Aggregate(ent.Count()).
 //		Scan(ctx, &v)
-func (_q *ChatUpdateQuery) GroupBy(field string, fields ...string) *ChatUpdateGroupBy {
+func (_q *ChatPushQuery) GroupBy(field string, fields ...string) *ChatPushGroupBy {
 	_q.ctx.Fields = append([]string{field}, fields...)
-	grbuild := &ChatUpdateGroupBy{build: _q}
+	grbuild := &ChatPushGroupBy{build: _q}
 	grbuild.flds = &_q.ctx.Fields
-	grbuild.label = chatupdate.Label
+	grbuild.label = chatpush.Label
 	grbuild.scan = grbuild.Scan
 	return grbuild
 }
@@ -328,23 +328,23 @@ func (_q *ChatUpdateQuery) GroupBy(field string, fields ...string) *ChatUpdateGr
 //		ChatID uuid.UUID `json:"chat_id,omitempty"`
 //	}
 //
-//	client.ChatUpdate.Query().
-//		Select(chatupdate.FieldChatID).
+//	client.ChatPush.Query().
+//		Select(chatpush.FieldChatID).
 //		Scan(ctx, &v)
-func (_q *ChatUpdateQuery) Select(fields ...string) *ChatUpdateSelect {
+func (_q *ChatPushQuery) Select(fields ...string) *ChatPushSelect {
 	_q.ctx.Fields = append(_q.ctx.Fields, fields...)
-	sbuild := &ChatUpdateSelect{ChatUpdateQuery: _q}
-	sbuild.label = chatupdate.Label
+	sbuild := &ChatPushSelect{ChatPushQuery: _q}
+	sbuild.label = chatpush.Label
 	sbuild.flds, sbuild.scan = &_q.ctx.Fields, sbuild.Scan
 	return sbuild
 }
 
-// Aggregate returns a ChatUpdateSelect configured with the given aggregations.
-func (_q *ChatUpdateQuery) Aggregate(fns ...AggregateFunc) *ChatUpdateSelect {
+// Aggregate returns a ChatPushSelect configured with the given aggregations.
+func (_q *ChatPushQuery) Aggregate(fns ...AggregateFunc) *ChatPushSelect {
 	return _q.Select().Aggregate(fns...)
 }
 
-func (_q *ChatUpdateQuery) prepareQuery(ctx context.Context) error {
+func (_q *ChatPushQuery) prepareQuery(ctx context.Context) error {
 	for _, inter := range _q.inters {
 		if inter == nil {
 			return fmt.Errorf("ent: uninitialized interceptor (forgotten import ent/runtime?)")
@@ -356,7 +356,7 @@ func (_q *ChatUpdateQuery) prepareQuery(ctx context.Context) error {
 		}
 	}
 	for _, f := range _q.ctx.Fields {
-		if !chatupdate.ValidColumn(f) {
+		if !chatpush.ValidColumn(f) {
 			return &ValidationError{Name: f, err: fmt.Errorf("ent: invalid field %q for query", f)}
 		}
 	}
@@ -370,19 +370,19 @@ func (_q *ChatUpdateQuery) prepareQuery(ctx context.Context) error {
 	return nil
 }
 
-func (_q *ChatUpdateQuery) sqlAll(ctx context.Context, hooks ...queryHook) ([]*ChatUpdate, error) {
+func (_q *ChatPushQuery) sqlAll(ctx context.Context, hooks ...queryHook) ([]*ChatPush, error) {
 	var (
-		nodes       = []*ChatUpdate{}
+		nodes       = []*ChatPush{}
 		_spec       = _q.querySpec()
 		loadedTypes = [1]bool{
 			_q.withChat != nil,
 		}
 	)
 	_spec.ScanValues = func(columns []string) ([]any, error) {
-		return (*ChatUpdate).scanValues(nil, columns)
+		return (*ChatPush).scanValues(nil, columns)
 	}
 	_spec.Assign = func(columns []string, values []any) error {
-		node := &ChatUpdate{config: _q.config}
+		node := &ChatPush{config: _q.config}
 		nodes = append(nodes, node)
 		node.Edges.loadedTypes = loadedTypes
 		return node.assignValues(columns, values)
@@ -401,16 +401,16 @@ func (_q *ChatUpdateQuery) sqlAll(ctx context.Context, hooks ...queryHook) ([]*C
 	}
 	if query := _q.withChat; query != nil {
 		if err := _q.loadChat(ctx, query, nodes, nil,
-			func(n *ChatUpdate, e *Chat) { n.Edges.Chat = e }); err != nil {
+			func(n *ChatPush, e *Chat) { n.Edges.Chat = e }); err != nil {
 			return nil, err
 		}
 	}
 	return nodes, nil
 }
 
-func (_q *ChatUpdateQuery) loadChat(ctx context.Context, query *ChatQuery, nodes []*ChatUpdate, init func(*ChatUpdate), assign func(*ChatUpdate, *Chat)) error {
+func (_q *ChatPushQuery) loadChat(ctx context.Context, query *ChatQuery, nodes []*ChatPush, init func(*ChatPush), assign func(*ChatPush, *Chat)) error {
 	ids := make([]uuid.UUID, 0, len(nodes))
-	nodeids := make(map[uuid.UUID][]*ChatUpdate)
+	nodeids := make(map[uuid.UUID][]*ChatPush)
 	for i := range nodes {
 		fk := nodes[i].ChatID
 		if _, ok := nodeids[fk]; !ok {
@@ -438,7 +438,7 @@ func (_q *ChatUpdateQuery) loadChat(ctx context.Context, query *ChatQuery, nodes
 	return nil
 }
 
-func (_q *ChatUpdateQuery) sqlCount(ctx context.Context) (int, error) {
+func (_q *ChatPushQuery) sqlCount(ctx context.Context) (int, error) {
 	_spec := _q.querySpec()
 	if len(_q.modifiers) > 0 {
 		_spec.Modifiers = _q.modifiers
@@ -450,8 +450,8 @@ func (_q *ChatUpdateQuery) sqlCount(ctx context.Context) (int, error) {
 	return sqlgraph.CountNodes(ctx, _q.driver, _spec)
 }
 
-func (_q *ChatUpdateQuery) querySpec() *sqlgraph.QuerySpec {
-	_spec := sqlgraph.NewQuerySpec(chatupdate.Table, chatupdate.Columns, sqlgraph.NewFieldSpec(chatupdate.FieldID, field.TypeUUID))
+func (_q *ChatPushQuery) querySpec() *sqlgraph.QuerySpec {
+	_spec := sqlgraph.NewQuerySpec(chatpush.Table, chatpush.Columns, sqlgraph.NewFieldSpec(chatpush.FieldID, field.TypeUUID))
 	_spec.From = _q.sql
 	if unique := _q.ctx.Unique; unique != nil {
 		_spec.Unique = *unique
@@ -460,14 +460,14 @@ func (_q *ChatUpdateQuery) querySpec() *sqlgraph.QuerySpec {
 	}
 	if fields := _q.ctx.Fields; len(fields) > 0 {
 		_spec.Node.Columns = make([]string, 0, len(fields))
-		_spec.Node.Columns = append(_spec.Node.Columns, chatupdate.FieldID)
+		_spec.Node.Columns = append(_spec.Node.Columns, chatpush.FieldID)
 		for i := range fields {
-			if fields[i] != chatupdate.FieldID {
+			if fields[i] != chatpush.FieldID {
 				_spec.Node.Columns = append(_spec.Node.Columns, fields[i])
 			}
 		}
 		if _q.withChat != nil {
-			_spec.Node.AddColumnOnce(chatupdate.FieldChatID)
+			_spec.Node.AddColumnOnce(chatpush.FieldChatID)
 		}
 	}
 	if ps := _q.predicates; len(ps) > 0 {
@@ -493,12 +493,12 @@ func (_q *ChatUpdateQuery) querySpec() *sqlgraph.QuerySpec {
 	return _spec
 }
 
-func (_q *ChatUpdateQuery) sqlQuery(ctx context.Context) *sql.Selector {
+func (_q *ChatPushQuery) sqlQuery(ctx context.Context) *sql.Selector {
 	builder := sql.Dialect(_q.driver.Dialect())
-	t1 := builder.Table(chatupdate.Table)
+	t1 := builder.Table(chatpush.Table)
 	columns := _q.ctx.Fields
 	if len(columns) == 0 {
-		columns = chatupdate.Columns
+		columns = chatpush.Columns
 	}
 	selector := builder.Select(t1.Columns(columns...)...).From(t1)
 	if _q.sql != nil {
@@ -531,7 +531,7 @@ func (_q *ChatUpdateQuery) sqlQuery(ctx context.Context) *sql.Selector {
 // ForUpdate locks the selected rows against concurrent updates, and prevent them from being
 // updated, deleted or "selected ... for update" by other sessions, until the transaction is
 // either committed or rolled-back.
-func (_q *ChatUpdateQuery) ForUpdate(opts ...sql.LockOption) *ChatUpdateQuery {
+func (_q *ChatPushQuery) ForUpdate(opts ...sql.LockOption) *ChatPushQuery {
 	if _q.driver.Dialect() == dialect.Postgres {
 		_q.Unique(false)
 	}
@@ -544,7 +544,7 @@ func (_q *ChatUpdateQuery) ForUpdate(opts ...sql.LockOption) *ChatUpdateQuery {
 // ForShare behaves similarly to ForUpdate, except that it acquires a shared mode lock
 // on any rows that are read. Other sessions can read the rows, but cannot modify them
 // until your transaction commits.
-func (_q *ChatUpdateQuery) ForShare(opts ...sql.LockOption) *ChatUpdateQuery {
+func (_q *ChatPushQuery) ForShare(opts ...sql.LockOption) *ChatPushQuery {
 	if _q.driver.Dialect() == dialect.Postgres {
 		_q.Unique(false)
 	}
@@ -555,33 +555,33 @@ func (_q *ChatUpdateQuery) ForShare(opts ...sql.LockOption) *ChatUpdateQuery {
 }
 
 // Modify adds a query modifier for attaching custom logic to queries.
-func (_q *ChatUpdateQuery) Modify(modifiers ...func(s *sql.Selector)) *ChatUpdateSelect {
+func (_q *ChatPushQuery) Modify(modifiers ...func(s *sql.Selector)) *ChatPushSelect {
 	_q.modifiers = append(_q.modifiers, modifiers...)
 	return _q.Select()
 }
 
-// ChatUpdateGroupBy is the group-by builder for ChatUpdate entities.
-type ChatUpdateGroupBy struct {
+// ChatPushGroupBy is the group-by builder for ChatPush entities.
+type ChatPushGroupBy struct {
 	selector
-	build *ChatUpdateQuery
+	build *ChatPushQuery
 }
 
 // Aggregate adds the given aggregation functions to the group-by query.
-func (_g *ChatUpdateGroupBy) Aggregate(fns ...AggregateFunc) *ChatUpdateGroupBy {
+func (_g *ChatPushGroupBy) Aggregate(fns ...AggregateFunc) *ChatPushGroupBy {
 	_g.fns = append(_g.fns, fns...)
 	return _g
 }
 
 // Scan applies the selector query and scans the result into the given value.
-func (_g *ChatUpdateGroupBy) Scan(ctx context.Context, v any) error {
+func (_g *ChatPushGroupBy) Scan(ctx context.Context, v any) error {
 	ctx = setContextOp(ctx, _g.build.ctx, ent.OpQueryGroupBy)
 	if err := _g.build.prepareQuery(ctx); err != nil {
 		return err
 	}
-	return scanWithInterceptors[*ChatUpdateQuery, *ChatUpdateGroupBy](ctx, _g.build, _g, _g.build.inters, v)
+	return scanWithInterceptors[*ChatPushQuery, *ChatPushGroupBy](ctx, _g.build, _g, _g.build.inters, v)
 }
 
-func (_g *ChatUpdateGroupBy) sqlScan(ctx context.Context, root *ChatUpdateQuery, v any) error {
+func (_g *ChatPushGroupBy) sqlScan(ctx context.Context, root *ChatPushQuery, v any) error {
 	selector := root.sqlQuery(ctx).Select()
 	aggregation := make([]string, 0, len(_g.fns))
 	for _, fn := range _g.fns {
@@ -608,28 +608,28 @@ func (_g *ChatUpdateGroupBy) sqlScan(ctx context.Context, root *ChatUpdateQuery,
 	return sql.ScanSlice(rows, v)
 }
 
-// ChatUpdateSelect is the builder for selecting fields of ChatUpdate entities.
-type ChatUpdateSelect struct {
-	*ChatUpdateQuery
+// ChatPushSelect is the builder for selecting fields of ChatPush entities.
+type ChatPushSelect struct {
+	*ChatPushQuery
 	selector
 }
 
 // Aggregate adds the given aggregation functions to the selector query.
-func (_s *ChatUpdateSelect) Aggregate(fns ...AggregateFunc) *ChatUpdateSelect {
+func (_s *ChatPushSelect) Aggregate(fns ...AggregateFunc) *ChatPushSelect {
 	_s.fns = append(_s.fns, fns...)
 	return _s
 }
 
 // Scan applies the selector query and scans the result into the given value.
-func (_s *ChatUpdateSelect) Scan(ctx context.Context, v any) error {
+func (_s *ChatPushSelect) Scan(ctx context.Context, v any) error {
 	ctx = setContextOp(ctx, _s.ctx, ent.OpQuerySelect)
 	if err := _s.prepareQuery(ctx); err != nil {
 		return err
 	}
-	return scanWithInterceptors[*ChatUpdateQuery, *ChatUpdateSelect](ctx, _s.ChatUpdateQuery, _s, _s.inters, v)
+	return scanWithInterceptors[*ChatPushQuery, *ChatPushSelect](ctx, _s.ChatPushQuery, _s, _s.inters, v)
 }
 
-func (_s *ChatUpdateSelect) sqlScan(ctx context.Context, root *ChatUpdateQuery, v any) error {
+func (_s *ChatPushSelect) sqlScan(ctx context.Context, root *ChatPushQuery, v any) error {
 	selector := root.sqlQuery(ctx)
 	aggregation := make([]string, 0, len(_s.fns))
 	for _, fn := range _s.fns {
@@ -651,7 +651,7 @@ func (_s *ChatUpdateSelect) sqlScan(ctx context.Context, root *ChatUpdateQuery, 
 }
 
 // Modify adds a query modifier for attaching custom logic to queries.
-func (_s *ChatUpdateSelect) Modify(modifiers ...func(s *sql.Selector)) *ChatUpdateSelect {
+func (_s *ChatPushSelect) Modify(modifiers ...func(s *sql.Selector)) *ChatPushSelect {
 	_s.modifiers = append(_s.modifiers, modifiers...)
 	return _s
 }

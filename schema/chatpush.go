@@ -13,13 +13,13 @@ import (
 	"github.com/pin-platform/consumers/schema/uuidarray"
 )
 
-// ChatUpdate is the persisted half of persist-then-push: one row per applied
+// ChatPush (table chat_updates) is the persisted half of persist-then-push: one row per applied
 // membership change, written in the same transaction as the change, followed
 // (on commit) by NOTIFY chat_updates '<id>'. The realtime pusher delivers it
 // and sets pushed_at.
-type ChatUpdate struct{ ent.Schema }
+type ChatPush struct{ ent.Schema }
 
-func (ChatUpdate) Annotations() []schema.Annotation {
+func (ChatPush) Annotations() []schema.Annotation {
 	return []schema.Annotation{entsql.Table("chat_updates")}
 }
 
@@ -32,7 +32,7 @@ func uuidArray(name, comment string) ent.Field {
 		Annotations(entsql.DefaultExpr("'{}'::uuid[]"))
 }
 
-func (ChatUpdate) Fields() []ent.Field {
+func (ChatPush) Fields() []ent.Field {
 	return []ent.Field{
 		idField(),
 		field.UUID("chat_id", uuid.UUID{}).Immutable(),
@@ -43,14 +43,14 @@ func (ChatUpdate) Fields() []ent.Field {
 	}
 }
 
-func (ChatUpdate) Edges() []ent.Edge {
+func (ChatPush) Edges() []ent.Edge {
 	return []ent.Edge{
 		edge.From("chat", Chat.Type).Ref("updates").
 			Field("chat_id").Unique().Required().Immutable(),
 	}
 }
 
-func (ChatUpdate) Indexes() []ent.Index {
+func (ChatPush) Indexes() []ent.Index {
 	return []ent.Index{
 		index.Fields("created_at").
 			Annotations(entsql.IndexWhere("pushed_at IS NULL")).
