@@ -1,0 +1,82 @@
+// Package migrate is the project's versioned-migration toolchain, built on
+// the ariga.io/atlas library because the Atlas CLI is not available here:
+// it writes new migration files from the ent schema (Diff), lints them
+// (Lint), shows what an apply would do (Plan, Status) and applies them
+// (Apply), keeping revisions in the Atlas CLI's table and format so that
+// either tool can be used on the same database.
+//
+// The migration directory is embedded in every binary (Embedded), so
+// `pinctl migrate apply` needs no source tree.
+package migrate
+
+import (
+	"embed"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+
+	atlasmigrate "ariga.io/atlas/sql/migrate"
+)
+
+// SourceDir is the migration directory's path relative to the repository
+// root: where Diff writes new files and what atlas.hcl describes.
+const SourceDir = "migrate/migrations"
+
+//go:embed migrations
+var migrationsFS embed.FS
+
+// Embedded returns the migration directory compiled into the binary, as an
+// in-memory atlas directory. Each call returns a fresh copy: writing to it
+// changes nothing else.
+func Embedded() (atlasmigrate.Dir, error) {
+	sub, err := fs.Sub(migrationsFS, "migrations")
+	if err != nil {
+		return nil, err
+	}
+	return memDirFromFS(sub, "embedded:"+SourceDir)
+}
+
+// OpenDir opens the migration directory at path, or the embedded one when
+// path is empty.
+func OpenDir(path string) (atlasmigrate.Dir, error) {
+	if path == "" {
+		return Embedded()
+	}
+	st, err := os.Stat(path)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return nil, fmt.Errorf("migration directory %s does not exist", path)
+	case err != nil:
+		return nil, fmt.Errorf("migration directory: %w", err)
+	case !st.IsDir():
+		return nil, fmt.Errorf("migration directory %s is not a directory", path)
+	}
+	return atlasmigrate.NewLocalDir(path)
+}
+
+// memDirFromFS copies the regular files at the top of fsys into a new
+// in-memory directory.
+func memDirFromFS(fsys fs.FS, path string) (*atlasmigrate.MemDir, error) {
+	entries, err := fs.ReadDir(fsys, ".")
+	if err != nil {
+		return nil, fmt.Errorf("read migration directory: %w", err)
+	}
+	// A MemDir used directly (not through OpenMemDir) is private to its
+	// owner: no process-wide registry, nothing to close.
+	dir := &atlasmigrate.MemDir{}
+	dir.SetPath(path)
+	for _, e := range entries {
+		if !e.Type().IsRegular() {
+			continue
+		}
+		b, err := fs.ReadFile(fsys, e.Name())
+		if err != nil {
+			return nil, fmt.Errorf("read migration file %s: %w", e.Name(), err)
+		}
+		if err := dir.WriteFile(e.Name(), b); err != nil {
+			return nil, err
+		}
+	}
+	return dir, nil
+}
