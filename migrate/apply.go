@@ -166,9 +166,8 @@ func applyFile(ctx context.Context, c *sqlclient.Client, rrw *revisions, dir atl
 func fileError(f atlasmigrate.File, err error, consequence string) error {
 	var se *atlasmigrate.StmtExecError
 	if errors.As(err, &se) {
-		line := 1 + strings.Count(string(f.Bytes()[:min(se.Stmt.Pos, len(f.Bytes()))]), "\n")
 		return fmt.Errorf("migration %s failed at line %d (%s): %v; %s",
-			f.Name(), line, abbreviate(se.Stmt.Text, 60), oneLine(se.Err), consequence)
+			f.Name(), lineOf(f, se.Stmt.Pos), abbreviate(se.Stmt.Text, 60), oneLine(se.Err), consequence)
 	}
 	return fmt.Errorf("migration %s failed: %v", f.Name(), oneLine(err))
 }
