@@ -1,0 +1,131 @@
+package consumer
+
+import (
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/confluentinc/confluent-kafka-go/v2/kafka"
+	"github.com/rs/zerolog"
+)
+
+// Config is a consumer process's configuration (CONTRACT.md §2).
+type Config struct {
+	Brokers        string        // KAFKA_BOOTSTRAP_SERVERS
+	DatabaseURL    string        // DATABASE_URL
+	HTTPAddr       string        // HTTP_ADDR
+	LogLevel       zerolog.Level // LOG_LEVEL
+	RetryTimeScale float64       // RETRY_TIME_SCALE, > 0
+	// Kafka holds every other KAFKA_<PROPERTY> as a librdkafka property.
+	Kafka kafka.ConfigMap
+
+	BatchSize    int           // CONSUMER_BATCH_SIZE: messages of one partition per transaction (default 64)
+	QueueSize    int           // CONSUMER_QUEUE_SIZE: messages buffered per partition before it is paused (default 256)
+	DrainTimeout time.Duration // CONSUMER_DRAIN_TIMEOUT: budget to finish in-flight work on revoke and shutdown (default 10s)
+	StuckAfter   time.Duration // CONSUMER_STUCK_AFTER: /readyz fails when a partition with work made no progress for this long (default 2m)
+	ParkedPoll   time.Duration // CONSUMER_PARKED_POLL: how often parked messages are looked for (default 1s, scaled)
+	DBMaxConns   int           // DATABASE_MAX_CONNS (default 16)
+}
+
+// ConfigError is a missing or invalid setting; the process exits 2.
+type ConfigError struct {
+	Var string
+	Err error
+}
+
+func (e *ConfigError) Error() string { return e.Var + ": " + e.Err.Error() }
+func (e *ConfigError) Unwrap() error { return e.Err }
+
+// ConfigFromEnv reads the configuration from environ ("NAME=value" pairs, as
+// os.Environ returns them). defaultHTTP is the service's HTTP_ADDR default.
+func ConfigFromEnv(environ []string, defaultHTTP string) (Config, error) {
+	env := map[string]string{}
+	for _, kv := range environ {
+		if k, v, ok := strings.Cut(kv, "="); ok {
+			env[k] = v
+		}
+	}
+	c := Config{
+		HTTPAddr:       defaultHTTP,
+		LogLevel:       zerolog.InfoLevel,
+		RetryTimeScale: 1,
+		Kafka:          kafka.ConfigMap{},
+		BatchSize:      64,
+		QueueSize:      256,
+		DrainTimeout:   10 * time.Second,
+		StuckAfter:     2 * time.Minute,
+		ParkedPoll:     time.Second,
+		DBMaxConns:     16,
+	}
+	var errs []error
+	fail := func(name string, err error) { errs = append(errs, &ConfigError{Var: name, Err: err}) }
+
+	if c.Brokers = env["KAFKA_BOOTSTRAP_SERVERS"]; c.Brokers == "" {
+		fail("KAFKA_BOOTSTRAP_SERVERS", errors.New("required"))
+	}
+	if c.DatabaseURL = env["DATABASE_URL"]; c.DatabaseURL == "" {
+		fail("DATABASE_URL", errors.New("required"))
+	}
+	if v, ok := env["HTTP_ADDR"]; ok && v != "" {
+		c.HTTPAddr = v
+	}
+	if v := env["LOG_LEVEL"]; v != "" {
+		l, err := zerolog.ParseLevel(strings.ToLower(v))
+		if err != nil || l == zerolog.NoLevel {
+			fail("LOG_LEVEL", fmt.Errorf("%q is not a level (trace, debug, info, warn, error)", v))
+		}
+		c.LogLevel = l
+	}
+	if v := env["RETRY_TIME_SCALE"]; v != "" {
+		f, err := strconv.ParseFloat(v, 64)
+		if err != nil || !(f > 0) {
+			fail("RETRY_TIME_SCALE", fmt.Errorf("%q is not a number > 0", v))
+		}
+		c.RetryTimeScale = f
+	}
+	intVar := func(name string, dst *int) {
+		if v := env[name]; v != "" {
+			n, err := strconv.Atoi(v)
+			if err != nil || n < 1 {
+				fail(name, fmt.Errorf("%q is not a whole number ≥ 1", v))
+				return
+			}
+			*dst = n
+		}
+	}
+	durVar := func(name string, dst *time.Duration) {
+		if v := env[name]; v != "" {
+			d, err := time.ParseDuration(v)
+			if err != nil || d <= 0 {
+				fail(name, fmt.Errorf("%q is not a positive duration (e.g. 10s)", v))
+				return
+			}
+			*dst = d
+		}
+	}
+	intVar("CONSUMER_BATCH_SIZE", &c.BatchSize)
+	intVar("CONSUMER_QUEUE_SIZE", &c.QueueSize)
+	intVar("DATABASE_MAX_CONNS", &c.DBMaxConns)
+	durVar("CONSUMER_DRAIN_TIMEOUT", &c.DrainTimeout)
+	durVar("CONSUMER_STUCK_AFTER", &c.StuckAfter)
+	durVar("CONSUMER_PARKED_POLL", &c.ParkedPoll)
+
+	for k, v := range env {
+		name, ok := strings.CutPrefix(k, "KAFKA_")
+		if !ok || name == "" || name == "BOOTSTRAP_SERVERS" {
+			continue
+		}
+		c.Kafka[strings.ReplaceAll(strings.ToLower(name), "_", ".")] = v
+	}
+	if len(errs) > 0 {
+		return c, errors.Join(errs...)
+	}
+	return c, nil
+}
+
+// scale multiplies a retry delay by RETRY_TIME_SCALE.
+func (c Config) scale(d time.Duration) time.Duration {
+	return time.Duration(float64(d) * c.RetryTimeScale)
+}

@@ -1,0 +1,49 @@
+package consumer
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+// httpHandler serves /metrics, /healthz (the process runs) and /readyz (the
+// member joined its group, PostgreSQL answers, no partition is stuck).
+func (r *Runtime) httpHandler() http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(r.reg, promhttp.HandlerOpts{Registry: r.reg}))
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
+		fmt.Fprintln(w, "ok")
+	})
+	mux.HandleFunc("/readyz", func(w http.ResponseWriter, req *http.Request) {
+		if err := r.Ready(req.Context()); err != nil {
+			http.Error(w, err.Error(), http.StatusServiceUnavailable)
+			return
+		}
+		fmt.Fprintln(w, "ready")
+	})
+	return mux
+}
+
+// Ready reports why the consumer is not ready, or nil.
+func (r *Runtime) Ready(ctx context.Context) error {
+	if !r.joined.Load() {
+		return fmt.Errorf("not yet a member of group %s", r.svc.Group)
+	}
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	if err := r.db.PingContext(ctx); err != nil {
+		return fmt.Errorf("postgresql: %w", err)
+	}
+	now := time.Now()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for p, w := range r.workers {
+		if w.stuck(now, r.cfg.StuckAfter) {
+			return fmt.Errorf("partition %d made no progress for %s", p, now.Sub(time.Unix(0, w.lastProgress.Load())).Round(time.Second))
+		}
+	}
+	return nil
+}

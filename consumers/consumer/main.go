@@ -1,0 +1,123 @@
+package consumer
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"time"
+
+	"entgo.io/ent/dialect"
+	entsql "entgo.io/ent/dialect/sql"
+	_ "github.com/lib/pq" // database/sql driver "postgres"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/rs/zerolog"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/sdk/resource"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+
+	"github.com/pin-platform/consumers/ent"
+)
+
+// Exit codes of a consumer process.
+const (
+	ExitOK     = 0
+	ExitFailed = 1
+	ExitConfig = 2 // missing or invalid configuration
+)
+
+// Main runs a consumer process: configuration from environ (exit 2 with the
+// variable's name when it is missing or invalid, before touching Kafka),
+// the database, tracing, then the runtime until ctx ends. build makes the
+// service and registers its own metrics on reg. It returns the exit code.
+func Main(ctx context.Context, environ []string, stderr io.Writer, defaultHTTP string,
+	build func(reg prometheus.Registerer) Service) int {
+	cfg, err := ConfigFromEnv(environ, defaultHTTP)
+	if err != nil {
+		fmt.Fprintf(stderr, "configuration: %s\n", strings.ReplaceAll(err.Error(), "\n", "; "))
+		return ExitConfig
+	}
+	zerolog.TimeFieldFormat = time.RFC3339Nano
+	log := zerolog.New(stderr).Level(cfg.LogLevel).With().Timestamp().Logger()
+
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
+	svc := build(reg)
+	log = log.With().Str("service", svc.Name).Logger()
+
+	shutdownTracing, err := setupTracing(ctx, environ, svc.Name)
+	if err != nil {
+		log.Error().Err(err).Msg("tracing setup failed")
+		return ExitConfig
+	}
+	defer shutdownTracing()
+
+	db, err := sql.Open("postgres", cfg.DatabaseURL)
+	if err != nil {
+		fmt.Fprintf(stderr, "configuration: DATABASE_URL: %v\n", err)
+		return ExitConfig
+	}
+	defer db.Close()
+	db.SetMaxOpenConns(cfg.DBMaxConns)
+	db.SetMaxIdleConns(cfg.DBMaxConns)
+	db.SetConnMaxIdleTime(5 * time.Minute)
+	client := ent.NewClient(ent.Driver(entsql.OpenDB(dialect.Postgres, db)))
+
+	rt, err := New(cfg, svc, client, db, Options{Logger: log, Registry: reg})
+	if err != nil {
+		log.Error().Err(err).Msg("setup failed")
+		return ExitFailed
+	}
+	if err := rt.Run(ctx); err != nil {
+		var ce *ConfigError
+		if errors.As(err, &ce) {
+			fmt.Fprintf(stderr, "configuration: %v\n", err)
+			return ExitConfig
+		}
+		log.Error().Err(err).Msg("consumer failed")
+		return ExitFailed
+	}
+	return ExitOK
+}
+
+// setupTracing installs the W3C propagator and, when the standard OTEL_*
+// variables ask for it (OTEL_TRACES_EXPORTER=otlp, or an
+// OTEL_EXPORTER_OTLP_[TRACES_]ENDPOINT), an OTLP/HTTP exporter configured by
+// those same variables. Without them no span leaves the process.
+func setupTracing(ctx context.Context, environ []string, service string) (func(), error) {
+	otel.SetTextMapPropagator(propagation.NewCompositeTextMapPropagator(propagation.TraceContext{}, propagation.Baggage{}))
+	env := map[string]string{}
+	for _, kv := range environ {
+		if k, v, ok := strings.Cut(kv, "="); ok {
+			env[k] = v
+		}
+	}
+	exp := strings.ToLower(env["OTEL_TRACES_EXPORTER"])
+	if exp == "none" || (exp != "otlp" && env["OTEL_EXPORTER_OTLP_ENDPOINT"] == "" && env["OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"] == "") {
+		return func() {}, nil
+	}
+	exporter, err := otlptracehttp.New(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("OTEL_EXPORTER_OTLP_*: %w", err)
+	}
+	opts := []sdktrace.TracerProviderOption{sdktrace.WithBatcher(exporter)}
+	if env["OTEL_SERVICE_NAME"] == "" {
+		res, err := resource.Merge(resource.Default(),
+			resource.NewSchemaless(attribute.String("service.name", service+"-consumers")))
+		if err == nil {
+			opts = append(opts, sdktrace.WithResource(res))
+		}
+	}
+	tp := sdktrace.NewTracerProvider(opts...)
+	otel.SetTracerProvider(tp)
+	return func() {
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = tp.Shutdown(sctx)
+	}, nil
+}

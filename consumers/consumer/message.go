@@ -1,0 +1,80 @@
+package consumer
+
+import (
+	"context"
+
+	"github.com/rs/zerolog"
+
+	"github.com/pin-platform/consumers/ent"
+)
+
+// Message is what a handler sees: the decoded envelope and where it came
+// from.
+type Message struct {
+	Envelope
+	Topic     string
+	Partition int32
+	Offset    int64
+	Key       []byte
+
+	invalid Code // the service's invalid code, for DecodePayload
+}
+
+// Outcome is the result of a handled message, by its log name. The name is
+// stored in processed_messages.outcome and used as a metric label.
+type Outcome string
+
+// Outcomes the runtime itself reports. Services add their own (created,
+// synced, attached, …).
+const (
+	Applied                 Outcome = "applied"
+	SkippedDuplicate        Outcome = "skipped-duplicate"
+	SkippedStale            Outcome = "skipped-stale"
+	SkippedUnknownEventType Outcome = "skipped-unknown-event-type"
+	Parked                  Outcome = "parked"
+	DeadLettered            Outcome = "dead-lettered"
+)
+
+// Handler is a service's business logic for one event type. It runs inside
+// tx, which also receives the message's idempotency mark; it must not commit
+// or roll back tx. It may be called more than once for the same message
+// (retries, batch fallback): every effect outside tx belongs in AfterCommit.
+type Handler func(ctx context.Context, tx *ent.Tx, m *Message) (Outcome, error)
+
+// Route binds an EventType to its handler and idempotency key prefix: the
+// mark of message M is KeyPrefix + M.MessageId (e.g. "rewards:bond-created:").
+type Route struct {
+	EventType string
+	KeyPrefix string
+	Handle    Handler
+}
+
+// state is per attempt: what a handler registered to run after commit and
+// the fields it wants on the message's log line.
+type state struct {
+	afterCommit []func()
+	fields      []func(*zerolog.Event)
+}
+
+type stateKey struct{}
+
+func withState(ctx context.Context, s *state) context.Context {
+	return context.WithValue(ctx, stateKey{}, s)
+}
+
+// AfterCommit registers fn to run once the attempt's transaction has
+// committed (metrics, in-process domain events). It is dropped when the
+// attempt rolls back.
+func AfterCommit(ctx context.Context, fn func()) {
+	if s, ok := ctx.Value(stateKey{}).(*state); ok {
+		s.afterCommit = append(s.afterCommit, fn)
+	}
+}
+
+// LogFields adds fields to the message's outcome log line (BondId, LeadId,
+// …). Like AfterCommit, it belongs to the attempt.
+func LogFields(ctx context.Context, fn func(*zerolog.Event)) {
+	if s, ok := ctx.Value(stateKey{}).(*state); ok {
+		s.fields = append(s.fields, fn)
+	}
+}

@@ -1,0 +1,194 @@
+package consumer
+
+import (
+	"context"
+	"encoding/json"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// metrics are the runtime's generic families (label service on each) and
+// the spec-named families of the service.
+type metrics struct {
+	messages         *prometheus.CounterVec   // pin_consumer_messages_total{event_type,outcome}
+	duration         *prometheus.HistogramVec // pin_consumer_message_duration_seconds{event_type}
+	retries          *prometheus.CounterVec   // pin_consumer_retries_total{class,code}
+	dlq              *prometheus.CounterVec   // pin_consumer_dlq_total{code}
+	parked           *prometheus.CounterVec   // pin_consumer_parked_total{code}
+	paused           prometheus.Gauge         // pin_consumer_paused_partitions
+	inFlight         prometheus.Gauge         // pin_consumer_in_flight_messages
+	lag              *prometheus.GaugeVec     // pin_consumer_lag_messages{topic,partition}
+	contractMismatch prometheus.Counter       // pin_consumer_contract_mismatch_total
+	unknownType      *prometheus.CounterVec   // pin_consumer_unknown_event_types_total{event_type}
+	batchSize        prometheus.Histogram     // pin_consumer_batch_size
+
+	specDuration  prometheus.Observer
+	specDLQ       *prometheus.CounterVec
+	specMismatch  prometheus.Counter
+	specDupes     prometheus.Counter
+	specRetries   *prometheus.CounterVec
+	lastEventTime atomic.Int64 // unix nanos of the newest CreatedAt processed
+}
+
+func newMetrics(reg prometheus.Registerer, svc Service, lagSource func(context.Context) (time.Time, bool, error)) *metrics {
+	g := prometheus.WrapRegistererWith(prometheus.Labels{"service": svc.Name}, reg)
+	m := &metrics{
+		messages: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "pin_consumer_messages_total", Help: "Messages finished, by event type and outcome (applied, skipped-*, parked, dead-lettered, …).",
+		}, []string{"event_type", "outcome"}),
+		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "pin_consumer_message_duration_seconds", Help: "Time from a message's dispatch to its acknowledgement.",
+			Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60},
+		}, []string{"event_type"}),
+		retries: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "pin_consumer_retries_total", Help: "Retries by class (retry-now, retry-later, infrastructure) and code.",
+		}, []string{"class", "code"}),
+		dlq: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "pin_consumer_dlq_total", Help: "Messages dead-lettered, by error code.",
+		}, []string{"code"}),
+		parked: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "pin_consumer_parked_total", Help: "Messages parked to wait out a retry-later error, by code.",
+		}, []string{"code"}),
+		paused: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "pin_consumer_paused_partitions", Help: "Partitions paused because their worker is behind or backing off.",
+		}),
+		inFlight: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "pin_consumer_in_flight_messages", Help: "Messages being processed now.",
+		}),
+		lag: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "pin_consumer_lag_messages", Help: "Consumer lag per partition, from librdkafka statistics.",
+		}, []string{"topic", "partition"}),
+		contractMismatch: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "pin_consumer_contract_mismatch_total", Help: "Envelopes whose ContractVersion differs from the expected one (processed anyway).",
+		}),
+		unknownType: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "pin_consumer_unknown_event_types_total", Help: "Messages skipped because the consumer does not know their EventType.",
+		}, []string{"event_type"}),
+		batchSize: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "pin_consumer_batch_size", Help: "Messages committed per database transaction.",
+			Buckets: prometheus.ExponentialBuckets(1, 2, 8),
+		}),
+	}
+	g.MustRegister(m.messages, m.duration, m.retries, m.dlq, m.parked, m.paused, m.inFlight,
+		m.lag, m.contractMismatch, m.unknownType, m.batchSize)
+
+	sm := svc.Metrics
+	if sm.DurationMs != "" {
+		h := prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: sm.DurationMs, Help: "Consume duration of one message, milliseconds.",
+			Buckets: []float64{0.5, 1, 2.5, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000},
+		})
+		reg.MustRegister(h)
+		m.specDuration = h
+	}
+	if sm.DLQ != "" {
+		m.specDLQ = prometheus.NewCounterVec(prometheus.CounterOpts{Name: sm.DLQ, Help: "Messages dead-lettered, by error code."}, []string{"code"})
+		reg.MustRegister(m.specDLQ)
+	}
+	if sm.ContractMismatch != "" {
+		m.specMismatch = prometheus.NewCounter(prometheus.CounterOpts{Name: sm.ContractMismatch, Help: "Envelopes with an unexpected ContractVersion."})
+		reg.MustRegister(m.specMismatch)
+	}
+	if sm.Duplicates != "" {
+		m.specDupes = prometheus.NewCounter(prometheus.CounterOpts{Name: sm.Duplicates, Help: "Messages skipped as duplicates."})
+		reg.MustRegister(m.specDupes)
+	}
+	if sm.Retries != "" {
+		m.specRetries = prometheus.NewCounterVec(prometheus.CounterOpts{Name: sm.Retries, Help: "Retries, by class and code."}, []string{"class", "code"})
+		reg.MustRegister(m.specRetries)
+	}
+	if sm.Lag != "" {
+		reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: sm.Lag, Help: "Seconds between now and the event time of the newest applied event.",
+		}, func() float64 {
+			var t time.Time
+			if lagSource != nil {
+				ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+				defer cancel()
+				v, ok, err := lagSource(ctx)
+				if err != nil || !ok {
+					return 0
+				}
+				t = v
+			} else {
+				n := m.lastEventTime.Load()
+				if n == 0 {
+					return 0
+				}
+				t = time.Unix(0, n)
+			}
+			return time.Since(t).Seconds()
+		}))
+	}
+	return m
+}
+
+func (m *metrics) finished(eventType string, out Outcome, d time.Duration) {
+	m.messages.WithLabelValues(eventType, string(out)).Inc()
+	m.duration.WithLabelValues(eventType).Observe(d.Seconds())
+	if m.specDuration != nil {
+		m.specDuration.Observe(float64(d) / float64(time.Millisecond))
+	}
+	if out == SkippedDuplicate && m.specDupes != nil {
+		m.specDupes.Inc()
+	}
+}
+
+func (m *metrics) retry(class Class, code string) {
+	m.retries.WithLabelValues(class.String(), code).Inc()
+	if m.specRetries != nil {
+		m.specRetries.WithLabelValues(class.String(), code).Inc()
+	}
+}
+
+func (m *metrics) deadLettered(code string) {
+	m.dlq.WithLabelValues(code).Inc()
+	if m.specDLQ != nil {
+		m.specDLQ.WithLabelValues(code).Inc()
+	}
+}
+
+func (m *metrics) mismatch() {
+	m.contractMismatch.Inc()
+	if m.specMismatch != nil {
+		m.specMismatch.Inc()
+	}
+}
+
+func (m *metrics) eventTime(t time.Time) {
+	if t.IsZero() {
+		return
+	}
+	n := t.UnixNano()
+	for {
+		old := m.lastEventTime.Load()
+		if n <= old || m.lastEventTime.CompareAndSwap(old, n) {
+			return
+		}
+	}
+}
+
+// stats reads consumer_lag per partition from librdkafka's statistics JSON.
+func (m *metrics) stats(js string) {
+	var s struct {
+		Topics map[string]struct {
+			Partitions map[string]struct {
+				ConsumerLag int64 `json:"consumer_lag"`
+			} `json:"partitions"`
+		} `json:"topics"`
+	}
+	if json.Unmarshal([]byte(js), &s) != nil {
+		return
+	}
+	for topic, t := range s.Topics {
+		for p, ps := range t.Partitions {
+			if n, err := strconv.Atoi(p); err != nil || n < 0 || ps.ConsumerLag < 0 {
+				continue
+			}
+			m.lag.WithLabelValues(topic, p).Set(float64(ps.ConsumerLag))
+		}
+	}
+}

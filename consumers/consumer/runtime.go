@@ -1,0 +1,355 @@
+package consumer
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/confluentinc/confluent-kafka-go/v2/kafka"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/rs/zerolog"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/pin-platform/consumers/ent"
+)
+
+// Options are a Runtime's collaborators. Zero values take sane defaults.
+type Options struct {
+	Logger         zerolog.Logger
+	Registry       *prometheus.Registry          // default: a new registry with Go and process collectors
+	TracerProvider trace.TracerProvider          // default: otel.GetTracerProvider()
+	Propagator     propagation.TextMapPropagator // default: W3C trace context
+}
+
+// Runtime runs one Service: a consumer-group member, its partition workers,
+// the parked-message re-driver, the DLQ producer and the HTTP endpoints.
+type Runtime struct {
+	cfg    Config
+	svc    Service
+	client *ent.Client
+	db     *sql.DB
+	log    zerolog.Logger
+	reg    *prometheus.Registry
+	m      *metrics
+	tracer trace.Tracer
+	prop   propagation.TextMapPropagator
+
+	consumer *kafka.Consumer
+	dlq      *dlqProducer
+
+	// workers is written by the poll goroutine only (dispatch, rebalance);
+	// mu guards it for readers elsewhere (readiness).
+	mu      sync.Mutex
+	workers map[int32]*worker
+
+	joined   atomic.Bool // the member got its first assignment (possibly empty)
+	httpAddr atomic.Value
+}
+
+// New builds a runtime. client and db are the same database: db is used for
+// set-based statements and health checks.
+func New(cfg Config, svc Service, client *ent.Client, db *sql.DB, opts Options) (*Runtime, error) {
+	if svc.Topic == "" || svc.Group == "" || svc.DLQTopic == "" || len(svc.Routes) == 0 {
+		return nil, errors.New("consumer: service needs Topic, Group, DLQTopic and Routes")
+	}
+	if svc.InvalidCode.Name == "" {
+		return nil, errors.New("consumer: service needs an InvalidCode")
+	}
+	if cfg.RetryTimeScale <= 0 {
+		cfg.RetryTimeScale = 1
+	}
+	if cfg.BatchSize < 1 {
+		cfg.BatchSize = 1
+	}
+	if cfg.QueueSize < cfg.BatchSize {
+		cfg.QueueSize = cfg.BatchSize
+	}
+	if cfg.DrainTimeout <= 0 {
+		cfg.DrainTimeout = 10 * time.Second
+	}
+	if cfg.StuckAfter <= 0 {
+		cfg.StuckAfter = 2 * time.Minute
+	}
+	if cfg.ParkedPoll <= 0 {
+		cfg.ParkedPoll = time.Second
+	}
+	r := &Runtime{
+		cfg: cfg, svc: svc, client: client, db: db,
+		log:     opts.Logger.With().Str("service", svc.Name).Str("topic", svc.Topic).Logger(),
+		reg:     opts.Registry,
+		prop:    opts.Propagator,
+		workers: map[int32]*worker{},
+	}
+	if r.reg == nil {
+		r.reg = prometheus.NewRegistry()
+		r.reg.MustRegister(prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
+	}
+	tp := opts.TracerProvider
+	if tp == nil {
+		tp = otel.GetTracerProvider()
+	}
+	r.tracer = tp.Tracer("github.com/pin-platform/consumers/consumers/consumer")
+	if r.prop == nil {
+		r.prop = propagation.TraceContext{}
+	}
+	var lag func(context.Context) (time.Time, bool, error)
+	if src := svc.Metrics.LagSource; src != nil {
+		lag = func(ctx context.Context) (time.Time, bool, error) { return src(ctx, client) }
+	}
+	r.m = newMetrics(r.reg, svc, lag)
+	return r, nil
+}
+
+// Registry is the Prometheus registry the runtime exports on /metrics.
+func (r *Runtime) Registry() *prometheus.Registry { return r.reg }
+
+// HTTPAddr is the address the HTTP endpoints listen on, once Run started
+// them ("" before, or when Config.HTTPAddr is empty).
+func (r *Runtime) HTTPAddr() string {
+	s, _ := r.httpAddr.Load().(string)
+	return s
+}
+
+func (r *Runtime) kafkaConfig(extra kafka.ConfigMap) kafka.ConfigMap {
+	cm := kafka.ConfigMap{}
+	for k, v := range r.cfg.Kafka {
+		cm[k] = v
+	}
+	for k, v := range extra {
+		cm[k] = v
+	}
+	cm["bootstrap.servers"] = r.cfg.Brokers
+	return cm
+}
+
+// Run consumes until ctx is cancelled, then drains: in-flight work finishes
+// within Config.DrainTimeout, offsets of what is committed in the database
+// are committed to Kafka, and Run returns nil. It returns an error for a
+// fatal Kafka error or a setup failure.
+func (r *Runtime) Run(ctx context.Context) error {
+	defaults := kafka.ConfigMap{
+		"auto.offset.reset":       "earliest",
+		"enable.auto.commit":      true,
+		"auto.commit.interval.ms": 1000,
+		"statistics.interval.ms":  5000,
+		"enable.partition.eof":    false,
+	}
+	cm := r.kafkaConfig(nil)
+	for k, v := range defaults {
+		if _, set := cm[k]; !set {
+			cm[k] = v
+		}
+	}
+	// Not overridable: the delivery guarantee rests on them.
+	cm["group.id"] = r.svc.Group
+	cm["enable.auto.offset.store"] = false
+	cm["go.application.rebalance.enable"] = true
+	c, err := kafka.NewConsumer(&cm)
+	if err != nil {
+		return &ConfigError{Var: "KAFKA_*", Err: err}
+	}
+	r.consumer = c
+	closed := false
+	defer func() {
+		if !closed {
+			r.closeConsumer()
+		}
+	}()
+
+	if r.dlq, err = newDLQProducer(r.kafkaConfig(nil), r.svc, r.log); err != nil {
+		return &ConfigError{Var: "KAFKA_*", Err: err}
+	}
+	defer r.dlq.close()
+
+	if err := r.checkTopics(ctx); err != nil {
+		return err
+	}
+
+	var bg sync.WaitGroup
+	bgCtx, stopBG := context.WithCancel(context.WithoutCancel(ctx))
+	defer func() { stopBG(); bg.Wait() }()
+	if r.cfg.HTTPAddr != "" {
+		ln, err := net.Listen("tcp", r.cfg.HTTPAddr)
+		if err != nil {
+			return &ConfigError{Var: "HTTP_ADDR", Err: err}
+		}
+		r.httpAddr.Store(ln.Addr().String())
+		srv := &http.Server{Handler: r.httpHandler(), ReadHeaderTimeout: 5 * time.Second}
+		bg.Add(2)
+		go func() { defer bg.Done(); _ = srv.Serve(ln) }()
+		go func() {
+			defer bg.Done()
+			<-bgCtx.Done()
+			sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			defer cancel()
+			_ = srv.Shutdown(sctx)
+		}()
+	}
+	bg.Add(1)
+	go func() { defer bg.Done(); r.redriveLoop(ctx) }()
+
+	if err := c.Subscribe(r.svc.Topic, r.rebalance); err != nil {
+		return fmt.Errorf("subscribe %s: %w", r.svc.Topic, err)
+	}
+	r.log.Info().Str("group", r.svc.Group).Msg("consumer started")
+
+	runErr := r.pollLoop(ctx)
+
+	// Drain: stop every worker (in-flight work finishes within the budget),
+	// commit what they stored, then leave the group.
+	r.stopWorkers(r.assigned())
+	r.commit()
+	r.closeConsumer()
+	closed = true
+	r.log.Info().Msg("consumer stopped")
+	return runErr
+}
+
+func (r *Runtime) pollLoop(ctx context.Context) error {
+	for ctx.Err() == nil {
+		r.resumeDrained()
+		switch e := r.consumer.Poll(100).(type) {
+		case *kafka.Message:
+			r.dispatch(e)
+		case kafka.Error:
+			if e.IsFatal() {
+				return fmt.Errorf("kafka fatal error: %w", e)
+			}
+			r.log.Warn().Err(e).Str("kafka_code", e.Code().String()).Msg("kafka error")
+		case *kafka.Stats:
+			r.m.stats(e.String())
+		}
+	}
+	return nil
+}
+
+func (r *Runtime) closeConsumer() {
+	done := make(chan struct{})
+	go func() { _ = r.consumer.Close(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(r.cfg.DrainTimeout + 5*time.Second):
+		r.log.Warn().Msg("kafka consumer close timed out")
+	}
+}
+
+// checkTopics verifies the source and DLQ topics exist (the consumers never
+// create topics) and the DLQ has as many partitions as the source.
+func (r *Runtime) checkTopics(ctx context.Context) error {
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		src, errSrc := r.partitions(r.svc.Topic)
+		dlq, errDLQ := r.partitions(r.svc.DLQTopic)
+		err := errors.Join(errSrc, errDLQ)
+		if err == nil && dlq < src {
+			err = fmt.Errorf("DLQ topic %s has %d partitions, source %s has %d: they must be equal", r.svc.DLQTopic, dlq, r.svc.Topic, src)
+		}
+		if err == nil {
+			return nil
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			return err
+		}
+		r.log.Warn().Err(err).Msg("waiting for topics")
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(2 * time.Second):
+		}
+	}
+}
+
+func (r *Runtime) partitions(topic string) (int, error) {
+	md, err := r.consumer.GetMetadata(&topic, false, 5000)
+	if err != nil {
+		return 0, fmt.Errorf("read metadata of %s: %w", topic, err)
+	}
+	t, ok := md.Topics[topic]
+	if !ok || t.Error.Code() != kafka.ErrNoError || len(t.Partitions) == 0 {
+		return 0, fmt.Errorf("topic %s does not exist (the consumers never create topics)", topic)
+	}
+	return len(t.Partitions), nil
+}
+
+// rebalance runs inside Poll, on the poll goroutine.
+func (r *Runtime) rebalance(c *kafka.Consumer, ev kafka.Event) error {
+	cooperative := c.GetRebalanceProtocol() == "COOPERATIVE"
+	switch e := ev.(type) {
+	case kafka.AssignedPartitions:
+		r.log.Info().Int("partitions", len(e.Partitions)).Str("assigned", fmtParts(e.Partitions)).Msg("partitions assigned")
+		var err error
+		if cooperative {
+			err = c.IncrementalAssign(e.Partitions)
+		} else {
+			err = c.Assign(e.Partitions)
+		}
+		if err != nil {
+			return err
+		}
+		// librdkafka keeps an application pause across a rebalance that
+		// gives the partition back: start every assigned partition afresh.
+		if len(e.Partitions) > 0 {
+			_ = c.Resume(e.Partitions)
+		}
+		for _, tp := range e.Partitions {
+			r.startWorker(tp)
+		}
+		r.joined.Store(true)
+	case kafka.RevokedPartitions:
+		lost := c.AssignmentLost()
+		r.log.Info().Int("partitions", len(e.Partitions)).Str("revoked", fmtParts(e.Partitions)).Bool("lost", lost).Msg("partitions revoked")
+		var ps []int32
+		for _, tp := range e.Partitions {
+			ps = append(ps, tp.Partition)
+		}
+		r.stopWorkers(ps)
+		if !lost {
+			r.commit()
+		}
+		if cooperative {
+			return c.IncrementalUnassign(e.Partitions)
+		}
+		return c.Unassign()
+	}
+	return nil
+}
+
+func fmtParts(ps []kafka.TopicPartition) string {
+	s := ""
+	for i, p := range ps {
+		if i > 0 {
+			s += ","
+		}
+		s += fmt.Sprint(p.Partition)
+	}
+	return s
+}
+
+// commit commits the stored offsets synchronously.
+func (r *Runtime) commit() {
+	if _, err := r.consumer.Commit(); err != nil {
+		var ke kafka.Error
+		if errors.As(err, &ke) && ke.Code() == kafka.ErrNoOffset {
+			return
+		}
+		r.log.Warn().Err(err).Msg("offset commit failed")
+	}
+}
+
+func (r *Runtime) assigned() []int32 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	ps := make([]int32, 0, len(r.workers))
+	for p := range r.workers {
+		ps = append(ps, p)
+	}
+	return ps
+}

@@ -1,0 +1,65 @@
+package consumer
+
+import (
+	"context"
+	"time"
+
+	"github.com/pin-platform/consumers/ent"
+)
+
+// Service describes one consumer: its topic, group and DLQ (CONTRACT.md §3),
+// its routes, its spec's error codes and the names of its spec's metrics.
+type Service struct {
+	Name     string // short name: metric label and log field ("rewards")
+	Topic    string
+	Group    string
+	DLQTopic string
+
+	// ContractVersion is the envelope version the handlers expect; another
+	// value is logged and counted, then processed.
+	ContractVersion int
+	// InvalidCode is the service's own code for a readable envelope with a
+	// bad payload (REWARDS_BOND_EVENT_INVALID, …).
+	InvalidCode Code
+	Routes      []Route
+
+	// RetryNow is how many times a RetryNow failure is re-run before the
+	// DLQ (the specs say 3). Zero means 3.
+	RetryNow int
+	// Blocking keeps RetryLater waits in line: the partition waits instead
+	// of parking the message. For consumers whose per-key order matters.
+	Blocking bool
+
+	Metrics SpecMetrics
+}
+
+// SpecMetrics names the spec's own metric families that the runtime feeds.
+// Empty names are not exported. Handler-specific counters (stale events,
+// unknown statuses, …) are registered and fed by the service itself.
+type SpecMetrics struct {
+	DurationMs       string // histogram of consume duration, milliseconds
+	DLQ              string // counter of dead-lettered messages, label "code"
+	ContractMismatch string // counter of envelopes with another ContractVersion
+	Duplicates       string // counter of skipped duplicates
+	Retries          string // counter of retries, labels "class", "code"
+	Lag              string // gauge, seconds; see LagSource
+	// LagSource gives the event time the lag is measured from. Nil: the
+	// CreatedAt of the last message processed.
+	LagSource func(ctx context.Context, client *ent.Client) (time.Time, bool, error)
+}
+
+func (s Service) route(eventType string) (Route, bool) {
+	for _, r := range s.Routes {
+		if r.EventType == eventType {
+			return r, true
+		}
+	}
+	return Route{}, false
+}
+
+func (s Service) retryNow() int {
+	if s.RetryNow > 0 {
+		return s.RetryNow
+	}
+	return 3
+}

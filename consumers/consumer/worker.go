@@ -1,0 +1,217 @@
+package consumer
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/confluentinc/confluent-kafka-go/v2/kafka"
+)
+
+// worker processes one assigned partition, in offset order, on its own
+// goroutine. The poll goroutine feeds it through a bounded queue; when the
+// queue is full the partition is paused and re-sought from the first message
+// it could not take, so a slow or backing-off partition holds no more than
+// QueueSize messages and never blocks the others.
+type worker struct {
+	r    *Runtime
+	tp   kafka.TopicPartition
+	in   chan *kafka.Message
+	quit chan struct{} // soft stop: take no new message
+	done chan struct{}
+
+	// ctx is cancelled when the drain budget is spent: in-flight work is
+	// abandoned (its transaction rolls back; the message is redelivered).
+	ctx    context.Context
+	cancel context.CancelFunc
+
+	// Owned by the poll goroutine.
+	resumeFrom     kafka.Offset
+	lastDispatched kafka.Offset
+
+	paused       atomic.Bool // written by the poll goroutine
+	busy         atomic.Bool
+	lastProgress atomic.Int64 // unix nanos
+	stopOnce     sync.Once
+}
+
+func (r *Runtime) startWorker(tp kafka.TopicPartition) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if _, ok := r.workers[tp.Partition]; ok {
+		return
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	w := &worker{
+		r: r, tp: tp,
+		in:             make(chan *kafka.Message, r.cfg.QueueSize),
+		quit:           make(chan struct{}),
+		done:           make(chan struct{}),
+		ctx:            ctx,
+		cancel:         cancel,
+		lastDispatched: -1,
+	}
+	w.lastProgress.Store(time.Now().UnixNano())
+	r.workers[tp.Partition] = w
+	go w.run()
+}
+
+// stopWorkers stops the workers of the given partitions: no new message is
+// taken, in-flight work gets the drain budget, then it is abandoned.
+func (r *Runtime) stopWorkers(ps []int32) {
+	r.mu.Lock()
+	var ws []*worker
+	for _, p := range ps {
+		if w, ok := r.workers[p]; ok {
+			ws = append(ws, w)
+			delete(r.workers, p)
+		}
+	}
+	r.mu.Unlock()
+	for _, w := range ws {
+		w.stopOnce.Do(func() { close(w.quit) })
+		if w.paused.Load() {
+			r.m.paused.Dec()
+		}
+	}
+	deadline := time.After(r.cfg.DrainTimeout)
+	for _, w := range ws {
+		select {
+		case <-w.done:
+		case <-deadline:
+			r.log.Warn().Int32("partition", w.tp.Partition).Msg("drain budget spent: abandoning in-flight work")
+			for _, w := range ws {
+				w.cancel()
+			}
+			for _, w := range ws {
+				<-w.done
+			}
+			return
+		}
+	}
+	for _, w := range ws {
+		w.cancel()
+	}
+}
+
+// dispatch hands a fetched message to its partition's worker (poll
+// goroutine).
+func (r *Runtime) dispatch(m *kafka.Message) {
+	r.mu.Lock()
+	w := r.workers[m.TopicPartition.Partition]
+	r.mu.Unlock()
+	if w == nil || m.TopicPartition.Offset <= w.lastDispatched {
+		return // not ours any more, or fetched twice around a seek
+	}
+	if w.paused.Load() {
+		return // re-fetched after the seek on resume
+	}
+	select {
+	case w.in <- m:
+		w.lastDispatched = m.TopicPartition.Offset
+	default:
+		tp := m.TopicPartition
+		if err := r.consumer.Pause([]kafka.TopicPartition{tp}); err != nil {
+			r.log.Warn().Err(err).Int32("partition", tp.Partition).Msg("pause failed")
+		}
+		w.paused.Store(true)
+		w.resumeFrom = tp.Offset
+		r.m.paused.Inc()
+		r.log.Debug().Int32("partition", tp.Partition).Int64("offset", int64(tp.Offset)).Msg("partition paused")
+	}
+}
+
+// resumeDrained resumes paused partitions whose queue has room again,
+// seeking back to the first message that was not taken (poll goroutine).
+func (r *Runtime) resumeDrained() {
+	r.mu.Lock()
+	var ws []*worker
+	for _, w := range r.workers {
+		if w.paused.Load() && len(w.in) <= cap(w.in)/2 {
+			ws = append(ws, w)
+		}
+	}
+	r.mu.Unlock()
+	for _, w := range ws {
+		tp := kafka.TopicPartition{Topic: w.tp.Topic, Partition: w.tp.Partition, Offset: w.resumeFrom}
+		if err := r.consumer.Seek(tp, -1); err != nil {
+			r.log.Warn().Err(err).Int32("partition", tp.Partition).Msg("seek on resume failed")
+			continue
+		}
+		if err := r.consumer.Resume([]kafka.TopicPartition{tp}); err != nil {
+			r.log.Warn().Err(err).Int32("partition", tp.Partition).Msg("resume failed")
+			continue
+		}
+		w.paused.Store(false)
+		w.lastDispatched = w.resumeFrom - 1
+		r.m.paused.Dec()
+		r.log.Debug().Int32("partition", tp.Partition).Int64("offset", int64(tp.Offset)).Msg("partition resumed")
+	}
+}
+
+func (w *worker) run() {
+	defer close(w.done)
+	batch := make([]*kafka.Message, 0, w.r.cfg.BatchSize)
+	for {
+		select {
+		case <-w.quit:
+			return
+		case <-w.ctx.Done():
+			return
+		case m := <-w.in:
+			batch = append(batch[:0], m)
+		fill:
+			for len(batch) < w.r.cfg.BatchSize {
+				select {
+				case m := <-w.in:
+					batch = append(batch, m)
+				default:
+					break fill
+				}
+			}
+			w.busy.Store(true)
+			w.r.m.inFlight.Add(float64(len(batch)))
+			ok := w.handle(batch)
+			w.r.m.inFlight.Sub(float64(len(batch)))
+			w.busy.Store(false)
+			if !ok {
+				return // abandoned: stopping
+			}
+		}
+	}
+}
+
+// ack stores the offset after m: everything up to m is finished (committed
+// in the database, dead-lettered or parked). librdkafka commits stored
+// offsets every auto.commit.interval.ms, and the runtime commits them
+// synchronously on revoke and shutdown.
+func (w *worker) ack(offset kafka.Offset) {
+	tp := w.tp
+	tp.Offset = offset + 1
+	if _, err := w.r.consumer.StoreOffsets([]kafka.TopicPartition{tp}); err != nil {
+		w.r.log.Debug().Err(err).Int32("partition", tp.Partition).Msg("store offset failed (partition revoked?)")
+	}
+	w.lastProgress.Store(time.Now().UnixNano())
+}
+
+// sleep waits d, or less when the worker is stopping; it reports whether
+// the worker should go on.
+func (w *worker) sleep(d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-w.quit:
+		return false
+	case <-w.ctx.Done():
+		return false
+	}
+}
+
+// stuck reports a partition with work that made no progress for too long.
+func (w *worker) stuck(now time.Time, after time.Duration) bool {
+	pending := w.busy.Load() || len(w.in) > 0 || w.paused.Load()
+	return pending && now.Sub(time.Unix(0, w.lastProgress.Load())) > after
+}
