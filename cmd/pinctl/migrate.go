@@ -1,0 +1,249 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"regexp"
+	"time"
+
+	atlasmigrate "ariga.io/atlas/sql/migrate"
+
+	"github.com/pin-platform/consumers/migrate"
+)
+
+func init() {
+	register(command{
+		name:    "migrate",
+		summary: "versioned migrations: apply, status, plan, diff, lint",
+		run: func(ctx context.Context, args []string) error {
+			return subcommands(ctx, "migrate", migrateCommands, args)
+		},
+	})
+}
+
+var migrateCommands = []command{
+	{name: "apply", summary: "apply pending migration files to a database", run: migrateApply},
+	{name: "status", summary: "current revision and pending files of a database", run: migrateStatus},
+	{name: "plan", summary: "the SQL apply would run, with lint findings", run: migratePlan},
+	{name: "diff", summary: "write a new migration file from the ent schema", run: migrateDiff},
+	{name: "lint", summary: "lint the newest migration files", run: migrateLint},
+}
+
+// dirFlag registers --dir. Commands that read a database default to the
+// directory compiled into pinctl; diff and lint work on the source tree.
+func dirFlag(fs *flag.FlagSet, def, doc string) *string {
+	return fs.String("dir", def, doc)
+}
+
+const embeddedDirDoc = "migration directory (default: the one compiled into pinctl, i.e. " + migrate.SourceDir + " at build time)"
+
+func requireURL(fs *flag.FlagSet, url string) error {
+	if url == "" {
+		fs.Usage()
+		return usageError(fs.Name() + ": --url is required")
+	}
+	return nil
+}
+
+func migrateApply(ctx context.Context, args []string) error {
+	fs := newFlags("migrate apply", "migrate apply --url URL [--dir DIR] [--baseline VERSION]",
+		"Applies the pending migration files, each in its own transaction unless the file\n"+
+			"says `-- atlas:txmode none`, under an advisory lock, recording revisions in\n"+
+			"atlas_schema_revisions as the Atlas CLI does. Exit 0 when nothing is pending.")
+	url := fs.String("url", "", "database URL, postgres://user@host:port/db?sslmode=disable (required)")
+	dirPath := dirFlag(fs, "", embeddedDirDoc)
+	baseline := fs.String("baseline", "", "on a non-empty database without migration history, treat files up to this version as applied")
+	lockTimeout := fs.Duration("lock-timeout", time.Minute, "how long to wait for another apply to finish")
+	if _, err := parseArgs(fs, args, 0, 0); err != nil {
+		return err
+	}
+	if err := requireURL(fs, *url); err != nil {
+		return err
+	}
+	dir, err := migrate.OpenDir(*dirPath)
+	if err != nil {
+		return err
+	}
+	applied, err := migrate.Apply(ctx, *url, dir, migrate.WithLog(os.Stdout),
+		migrate.WithBaseline(*baseline), migrate.WithLockTimeout(*lockTimeout))
+	if err != nil {
+		return fmt.Errorf("migrate apply: %w", err)
+	}
+	if len(applied) > 0 {
+		fmt.Printf("applied %d migration file(s)\n", len(applied))
+	}
+	return nil
+}
+
+func migrateStatus(ctx context.Context, args []string) error {
+	fs := newFlags("migrate status", "migrate status --url URL [--dir DIR]",
+		"Prints the database's current revision and the files apply would run.")
+	url := fs.String("url", "", "database URL (required)")
+	dirPath := dirFlag(fs, "", embeddedDirDoc)
+	if _, err := parseArgs(fs, args, 0, 0); err != nil {
+		return err
+	}
+	if err := requireURL(fs, *url); err != nil {
+		return err
+	}
+	dir, err := migrate.OpenDir(*dirPath)
+	if err != nil {
+		return err
+	}
+	st, err := migrate.Status(ctx, *url, dir)
+	if err != nil {
+		return fmt.Errorf("migrate status: %w", err)
+	}
+	migrate.WriteStatus(os.Stdout, st)
+	return nil
+}
+
+func migratePlan(ctx context.Context, args []string) error {
+	fs := newFlags("migrate plan", "migrate plan --url URL [--dev-url URL] [--dir DIR]",
+		"Prints the SQL of every pending file with its lint findings, for review before\n"+
+			"apply. Changes nothing on --url. Lint runs on an empty dev database: --dev-url,\n"+
+			"or a throwaway local PostgreSQL. Exit 0 whatever the findings.")
+	url := fs.String("url", "", "database URL (required)")
+	devURL := fs.String("dev-url", "", "empty database to lint on (default: a throwaway local PostgreSQL)")
+	dirPath := dirFlag(fs, "", embeddedDirDoc)
+	if _, err := parseArgs(fs, args, 0, 0); err != nil {
+		return err
+	}
+	if err := requireURL(fs, *url); err != nil {
+		return err
+	}
+	dir, err := migrate.OpenDir(*dirPath)
+	if err != nil {
+		return err
+	}
+	// Read the target first: an unreachable database fails before a dev
+	// server is started.
+	st, err := migrate.Status(ctx, *url, dir)
+	if err != nil {
+		return fmt.Errorf("migrate plan: %w", err)
+	}
+	if len(st.Pending) == 0 {
+		migrate.WriteStatus(os.Stdout, st)
+		return nil
+	}
+	dev, stop, err := devDatabase(ctx, *devURL)
+	if err != nil {
+		return fmt.Errorf("migrate plan: %w", err)
+	}
+	defer stop()
+	p, err := migrate.Plan(ctx, *url, dev, dir)
+	if err != nil {
+		return fmt.Errorf("migrate plan: %w", err)
+	}
+	p.Write(os.Stdout)
+	return nil
+}
+
+var reMigrationName = regexp.MustCompile(`^[a-z0-9][a-z0-9_]*$`)
+
+func migrateDiff(ctx context.Context, args []string) error {
+	fs := newFlags("migrate diff", "migrate diff NAME [--dev-url URL] [--dir DIR]",
+		"Writes a new migration file NAME (lower-case words joined by _) holding what\n"+
+			"the ent schema changed since the directory's last file, and updates atlas.sum.\n"+
+			"Replays the directory on an empty dev database: --dev-url, or a throwaway\n"+
+			"local PostgreSQL. Exit 0, saying so, when there is no change to write.")
+	devURL := fs.String("dev-url", "", "empty database to replay the directory on (default: a throwaway local PostgreSQL)")
+	dirPath := dirFlag(fs, migrate.SourceDir, "migration directory of the source tree")
+	pos, err := parseArgs(fs, args, 1, 1)
+	if err != nil {
+		return err
+	}
+	name := pos[0]
+	if !reMigrationName.MatchString(name) {
+		return usageError(fmt.Sprintf("migrate diff: invalid name %q: use lower-case letters, digits and _", name))
+	}
+	dir, err := migrate.OpenDir(*dirPath)
+	if err != nil {
+		return err
+	}
+	if err := migrate.CheckDir(dir); err != nil {
+		return fmt.Errorf("migrate diff: %w", err)
+	}
+	before, err := fileNames(dir)
+	if err != nil {
+		return err
+	}
+	dev, stop, err := devDatabase(ctx, *devURL)
+	if err != nil {
+		return fmt.Errorf("migrate diff: %w", err)
+	}
+	defer stop()
+	wrote, err := migrate.Diff(ctx, dev, *dirPath, name)
+	if err != nil {
+		return fmt.Errorf("migrate diff: %w", err)
+	}
+	if !wrote {
+		fmt.Println("no schema change: the migration directory is up to date, nothing written")
+		return nil
+	}
+	after, err := fileNames(dir)
+	if err != nil {
+		return err
+	}
+	for n := range after {
+		if !before[n] {
+			fmt.Printf("wrote %s/%s and updated atlas.sum: review it, then run `pinctl migrate lint`\n", *dirPath, n)
+		}
+	}
+	return nil
+}
+
+func fileNames(dir atlasmigrate.Dir) (map[string]bool, error) {
+	files, err := dir.Files()
+	if err != nil {
+		return nil, err
+	}
+	names := make(map[string]bool, len(files))
+	for _, f := range files {
+		names[f.Name()] = true
+	}
+	return names, nil
+}
+
+func migrateLint(ctx context.Context, args []string) error {
+	fs := newFlags("migrate lint", "migrate lint [--dev-url URL] [--latest N] [--dir DIR]",
+		"Lints the newest N migration files on an empty dev database (--dev-url, or a\n"+
+			"throwaway local PostgreSQL): destructive, data_depend, incompatible and\n"+
+			"concurrent_index findings are errors (exit 1), condrop ones warnings.\n"+
+			"`-- atlas:nolint [check|code ...]` before a statement exempts it.")
+	devURL := fs.String("dev-url", "", "empty database to lint on (default: a throwaway local PostgreSQL)")
+	latest := fs.Int("latest", 1, "number of newest files to lint (0: all)")
+	dirPath := dirFlag(fs, migrate.SourceDir, "migration directory")
+	if _, err := parseArgs(fs, args, 0, 0); err != nil {
+		return err
+	}
+	if *latest < 0 {
+		return usageError("migrate lint: --latest must be >= 0")
+	}
+	dir, err := migrate.OpenDir(*dirPath)
+	if err != nil {
+		return err
+	}
+	if err := migrate.CheckDir(dir); err != nil {
+		return fmt.Errorf("migrate lint: %w", err)
+	}
+	dev, stop, err := devDatabase(ctx, *devURL)
+	if err != nil {
+		return fmt.Errorf("migrate lint: %w", err)
+	}
+	defer stop()
+	report, err := migrate.Lint(ctx, dev, dir, *latest)
+	if report != nil {
+		report.Write(os.Stdout)
+	}
+	if errors.Is(err, migrate.ErrLintFindings) {
+		return fmt.Errorf("migrate lint: %w (exempt a reviewed statement with `-- atlas:nolint CHECK`)", err)
+	}
+	if err != nil {
+		return fmt.Errorf("migrate lint: %w", err)
+	}
+	return nil
+}
