@@ -35,8 +35,9 @@ const (
 	DeadLettered            Outcome = "dead-lettered"
 )
 
-// Handler is a service's business logic for one event type. It runs inside
-// tx, which also receives the message's idempotency mark; it must not commit
+// Handler is a service's business logic for one event type. ctx carries a
+// zerolog logger with the message's fields (zerolog.Ctx(ctx)) and its span.
+// It runs inside tx, which also receives the message's idempotency mark; it must not commit
 // or roll back tx. It may be called more than once for the same message
 // (retries, batch fallback): every effect outside tx belongs in AfterCommit.
 type Handler func(ctx context.Context, tx *ent.Tx, m *Message) (Outcome, error)

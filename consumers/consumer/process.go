@@ -190,6 +190,7 @@ func (r *Runtime) call(ctx context.Context, tx *ent.Tx, it *item) (out Outcome, 
 		}
 	}()
 	ctx = trace.ContextWithSpan(ctx, it.span)
+	ctx = r.logFor(it).WithContext(ctx)
 	return it.route.Handle(withState(ctx, it.st), tx, it.msg)
 }
 
@@ -313,7 +314,7 @@ func (w *worker) finish(it *item, err error) {
 }
 
 func (r *Runtime) finish(it *item, err error) {
-	if it.st != nil && it.outcome != SkippedDuplicate {
+	if it.st != nil {
 		for _, fn := range it.st.afterCommit {
 			fn()
 		}
@@ -333,7 +334,7 @@ func (r *Runtime) finish(it *item, err error) {
 		}
 		it.span.SetStatus(codes.Error, err.Error())
 	}
-	if it.st != nil && it.outcome != SkippedDuplicate {
+	if it.st != nil {
 		for _, f := range it.st.fields {
 			f(ev)
 		}

@@ -1,0 +1,164 @@
+// Package consumertest runs a consumer.Service end to end in a test: a real
+// runtime against the librdkafka mock cluster and a real PostgreSQL
+// database.
+package consumertest
+
+import (
+	"context"
+	"database/sql"
+	"os"
+	"testing"
+	"time"
+
+	"entgo.io/ent/dialect"
+	entsql "entgo.io/ent/dialect/sql"
+	"github.com/confluentinc/confluent-kafka-go/v2/kafka"
+	_ "github.com/lib/pq"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/rs/zerolog"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/pin-platform/consumers/consumers/consumer"
+	"github.com/pin-platform/consumers/ent"
+)
+
+// Options tune Start. Zero values give a fast test configuration.
+type Options struct {
+	RetryTimeScale float64 // default 0.001: 1 s of backoff becomes 1 ms
+	BatchSize      int     // default 64
+	QueueSize      int
+	Kafka          kafka.ConfigMap // extra librdkafka properties
+	TracerProvider trace.TracerProvider
+	HTTP           bool // serve /metrics, /healthz, /readyz on 127.0.0.1:0
+	Logger         *zerolog.Logger
+}
+
+// Running is a runtime running in the background of a test.
+type Running struct {
+	Runtime  *consumer.Runtime
+	Registry *prometheus.Registry
+	cancel   context.CancelFunc
+	done     chan error
+	stopped  bool
+}
+
+// Start builds svc with a fresh Prometheus registry and runs it against the
+// brokers and the database at dbURL until the test ends or Stop is called.
+func Start(t testing.TB, brokers, dbURL string, build func(prometheus.Registerer) consumer.Service, o Options) *Running {
+	t.Helper()
+	if o.RetryTimeScale == 0 {
+		o.RetryTimeScale = 0.001
+	}
+	if o.BatchSize == 0 {
+		o.BatchSize = 64
+	}
+	if o.QueueSize == 0 {
+		o.QueueSize = 256
+	}
+	km := kafka.ConfigMap{
+		"session.timeout.ms":                 6000,
+		"heartbeat.interval.ms":              500,
+		"statistics.interval.ms":             1000,
+		"topic.metadata.refresh.interval.ms": 1000,
+	}
+	for k, v := range o.Kafka {
+		km[k] = v
+	}
+	cfg := consumer.Config{
+		Brokers:        brokers,
+		DatabaseURL:    dbURL,
+		LogLevel:       zerolog.DebugLevel,
+		RetryTimeScale: o.RetryTimeScale,
+		Kafka:          km,
+		BatchSize:      o.BatchSize,
+		QueueSize:      o.QueueSize,
+		DrainTimeout:   5 * time.Second,
+		StuckAfter:     time.Minute,
+		ParkedPoll:     time.Second,
+		DBMaxConns:     8,
+	}
+	if o.HTTP {
+		cfg.HTTPAddr = "127.0.0.1:0"
+	}
+	db, err := sql.Open("postgres", dbURL)
+	if err != nil {
+		t.Fatalf("consumertest: %v", err)
+	}
+	client := ent.NewClient(ent.Driver(entsql.OpenDB(dialect.Postgres, db)))
+	reg := prometheus.NewRegistry()
+	svc := build(reg)
+	log := zerolog.New(zerolog.ConsoleWriter{Out: os.Stderr, NoColor: true}).Level(zerolog.InfoLevel).With().Timestamp().Logger()
+	if testing.Verbose() {
+		log = log.Level(zerolog.DebugLevel)
+	}
+	if o.Logger != nil {
+		log = *o.Logger
+	}
+	rt, err := consumer.New(cfg, svc, client, db, consumer.Options{Logger: log, Registry: reg, TracerProvider: o.TracerProvider})
+	if err != nil {
+		t.Fatalf("consumertest: %v", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	r := &Running{Runtime: rt, Registry: reg, cancel: cancel, done: make(chan error, 1)}
+	go func() { r.done <- rt.Run(ctx) }()
+	t.Cleanup(func() {
+		if !r.stopped {
+			if err := r.Stop(); err != nil {
+				t.Errorf("consumertest: runtime ended with %v", err)
+			}
+		}
+		_ = db.Close()
+	})
+	return r
+}
+
+// Stop cancels the runtime (as SIGTERM does) and waits for Run to return.
+func (r *Running) Stop() error {
+	r.stopped = true
+	r.cancel()
+	select {
+	case err := <-r.done:
+		return err
+	case <-time.After(60 * time.Second):
+		return context.DeadlineExceeded
+	}
+}
+
+// Done is closed-over Run's result: it yields once Run returned by itself.
+func (r *Running) Done() <-chan error { return r.done }
+
+// Counter returns the value of a counter or gauge family in the registry,
+// summed over the series whose labels include all of labels.
+func (r *Running) Counter(name string, labels map[string]string) float64 {
+	mfs, err := r.Registry.Gather()
+	if err != nil {
+		return 0
+	}
+	sum := 0.0
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+	metrics:
+		for _, m := range mf.GetMetric() {
+			have := map[string]string{}
+			for _, lp := range m.GetLabel() {
+				have[lp.GetName()] = lp.GetValue()
+			}
+			for k, v := range labels {
+				if have[k] != v {
+					continue metrics
+				}
+			}
+			switch {
+			case m.Counter != nil:
+				sum += m.GetCounter().GetValue()
+			case m.Gauge != nil:
+				sum += m.GetGauge().GetValue()
+			case m.Histogram != nil:
+				sum += float64(m.GetHistogram().GetSampleCount())
+			}
+		}
+	}
+	return sum
+}
