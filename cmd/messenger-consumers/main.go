@@ -1,0 +1,22 @@
+// Command messenger-consumers runs the messenger's Kafka consumers: the Lead
+// Chat Participants Sync (pin.crm.lead-participants-changed.v1). It runs
+// until SIGINT or SIGTERM, then drains and exits 0; exit 2 on bad
+// configuration (CONTRACT.md §2).
+package main
+
+import (
+	"context"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/pin-platform/consumers/consumers/consumer"
+	"github.com/pin-platform/consumers/consumers/messenger"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := consumer.Main(ctx, os.Environ(), os.Stderr, ":9090", messenger.New)
+	stop()
+	os.Exit(code)
+}
