@@ -1,0 +1,22 @@
+// Command crm-consumers runs the CRM's Kafka consumers: Selection Shared
+// (pin.selections.selection-shared.v1, group crm-selections). It runs until
+// SIGINT or SIGTERM, then drains and exits 0; exit 2 on bad configuration
+// (CONTRACT.md §2).
+package main
+
+import (
+	"context"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/pin-platform/consumers/consumers/consumer"
+	"github.com/pin-platform/consumers/consumers/crm"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := consumer.Main(ctx, os.Environ(), os.Stderr, ":9092", crm.New)
+	stop()
+	os.Exit(code)
+}

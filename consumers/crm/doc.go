@@ -1,0 +1,34 @@
+// Package crm is the CRM's Selection Shared consumer
+// (SelectionSharedConsumer, specs/crm-selection-shared.md): it reads
+// pin.selections.selection-shared.v1 and appends to the Active lead of the
+// (agent, investor) pair a feed entry that an agent shared a selection of
+// properties with the client (SelectionAttached) or that the client opened it
+// (SelectionViewed).
+//
+// The package holds business logic only; the runtime (package consumer)
+// owns the transaction, the idempotency mark, offsets, retries and the DLQ.
+// By concern:
+//
+//   - payload.go: the event's payload, its validation, the Action enum and
+//     the title cut (256 runes, never bytes);
+//   - lead.go: the lead aggregate: resolving the pair's Active lead and
+//     appendEvent, the one write path of the feed (INV-LEAD-2, tenant from
+//     the lead, last_event_at only forward, optimistic row_version, the
+//     source_message_id idempotency layer);
+//   - handler.go: the handler, outcomes and log fields;
+//   - events.go: the in-process LeadEventAdded domain event and its
+//     Publisher;
+//   - metrics.go: the metric names of the spec and the service's own
+//     counter;
+//   - service.go: codes, the consumer.Service definition and New.
+//
+// Delivery: a message is processed at least once and applied exactly once.
+// Two layers guard against duplicates: the runtime's processed_messages key
+// crm:selection-shared:{MessageId}, and the partial unique index
+// ux_lead_events_source_message_id, hit with INSERT … ON CONFLICT DO NOTHING
+// so that a conflict is a no-op (skipped-duplicate) that leaves the
+// transaction usable. An event whose lead does not exist yet is parked by the
+// runtime (retry-later) and re-driven 30 s, 1, 2, 4, 8 and 16 min later
+// without holding its partition: the feed is append-only and idempotent, so
+// it may apply out of line.
+package crm

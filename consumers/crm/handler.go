@@ -1,0 +1,92 @@
+package crm
+
+import (
+	"context"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/pin-platform/consumers/consumers/consumer"
+	"github.com/pin-platform/consumers/ent"
+)
+
+type handler struct {
+	m   *metrics
+	pub Publisher
+	now func() time.Time
+}
+
+// handle appends one selection event to its lead's feed. It returns
+// Attached or Viewed, SkippedDuplicate when the feed holds the message's
+// entry already, or an error of one of the spec's codes.
+func (h *handler) handle(ctx context.Context, tx *ent.Tx, m *consumer.Message) (consumer.Outcome, error) {
+	log := zerolog.Ctx(ctx)
+	p, decodeErr := consumer.DecodePayload[wirePayload](m)
+	consumer.LogFields(ctx, p.logFields)
+	log.Info().Func(p.logFields).Msg("consumed")
+	if decodeErr != nil {
+		return "", decodeErr
+	}
+	ev, verr := p.validate()
+	if verr != nil {
+		if verr.unknownAction {
+			return "", CodeUnknownAction.Wrap(verr)
+		}
+		return "", CodeEventInvalid.Wrap(verr)
+	}
+	if ev.TitleTruncated() {
+		log.Warn().Func(p.logFields).
+			Int("SelectionTitleRunes", ev.TitleRunes).Int("StoredRunes", MaxTitleRunes).
+			Msg("selection-title-truncated")
+	}
+
+	l, err := resolveActiveLead(ctx, tx, ev.AgentUserID, ev.InvestorUserID)
+	if err != nil {
+		return "", err
+	}
+	if l == nil {
+		h.m.leadNotFound.Inc()
+		log.Info().Func(p.logFields).Msg("skipped-lead-not-found")
+		return "", CodeLeadNotFound.Errorf("no Active lead for agent %s and investor %s", ev.AgentUserID, ev.InvestorUserID)
+	}
+	leadID := l.ID.String()
+	consumer.LogFields(ctx, func(e *zerolog.Event) { e.Str("LeadId", leadID) })
+
+	typ := ev.Action.EventType()
+	res, err := appendEvent(ctx, tx, l, FeedEntry{
+		Type:            typ,
+		OccurredAt:      ev.OccurredAt,
+		SourceMessageID: m.MessageID,
+		Payload:         ev.FeedPayload(),
+	}, h.now())
+	if err != nil {
+		return "", err
+	}
+	if res.Duplicate {
+		consumer.LogFields(ctx, func(e *zerolog.Event) { e.Str("duplicate", "source_message_id") })
+		return SkippedDuplicate, nil
+	}
+	eventID := res.EventID.String()
+	consumer.LogFields(ctx, func(e *zerolog.Event) { e.Str("EventId", eventID) })
+	added := LeadEventAdded{LeadID: l.ID, EventID: res.EventID, Type: typ}
+	pubCtx := context.WithoutCancel(ctx)
+	consumer.AfterCommit(ctx, func() { publishSafely(pubCtx, h.pub, added) })
+	if typ == SelectionViewed {
+		return Viewed, nil
+	}
+	return Attached, nil
+}
+
+// logFields adds the spec's log fields of the event, as they came (the
+// LeadId is added once resolved).
+func (p wirePayload) logFields(e *zerolog.Event) {
+	str := func(k string, v *string) {
+		if v != nil {
+			e.Str(k, *v)
+		}
+	}
+	str("SelectionId", p.SelectionID)
+	str("Action", p.Action)
+	str("AgentUserId", p.AgentUserID)
+	str("InvestorUserId", p.InvestorUserID)
+}

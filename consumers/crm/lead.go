@@ -1,0 +1,153 @@
+package crm
+
+import (
+	"context"
+	stdsql "database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"entgo.io/ent/dialect/sql"
+	"github.com/google/uuid"
+
+	"github.com/pin-platform/consumers/ent"
+	"github.com/pin-platform/consumers/ent/lead"
+	"github.com/pin-platform/consumers/ent/leadevent"
+)
+
+// StatusActive is the only lead status that accepts feed entries
+// (INV-LEAD-2). The others are Expired and Archived.
+const StatusActive = "Active"
+
+// resolveActiveLead returns the one Active lead of the pair (executor agent,
+// primary investor), unique by ux_leads_active_pair, or nil when there is
+// none.
+func resolveActiveLead(ctx context.Context, tx *ent.Tx, agent, investor uuid.UUID) (*ent.Lead, error) {
+	l, err := tx.Lead.Query().
+		Where(
+			lead.ExecutorAgentUserID(agent),
+			lead.PrimaryInvestorUserID(investor),
+			lead.Status(StatusActive),
+		).
+		Only(ctx)
+	if ent.IsNotFound(err) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("resolve the Active lead of agent %s and investor %s: %w", agent, investor, err)
+	}
+	return l, nil
+}
+
+// FeedEntry is a lead_events row to append.
+type FeedEntry struct {
+	Type            LeadEventType
+	OccurredAt      time.Time
+	SourceMessageID uuid.UUID // the MessageId of the event: the storage idempotency key
+	Payload         any       // marshalled to the jsonb payload
+}
+
+// Appended is what appendEvent did.
+type Appended struct {
+	// EventID is the new lead_events row; uuid.Nil when Duplicate.
+	EventID uuid.UUID
+	// Duplicate: a feed entry with the same source_message_id exists
+	// already (ux_lead_events_source_message_id); nothing was written.
+	Duplicate bool
+}
+
+// testHookBeforeWrite, set only by tests, runs in appendEvent between the
+// read of the lead and the writes, to move the lead under the consumer's
+// feet (leave Active, bump row_version).
+var testHookBeforeWrite func(ctx context.Context, leadID uuid.UUID)
+
+// appendEvent appends e to the feed of l, the lead as read in tx. It is the
+// lead aggregate's one write path for feed entries:
+//
+//   - INV-LEAD-2: the lead must be Active, as read and still at write time
+//     (the update is conditioned on it); otherwise CodeLeadNotActive and
+//     nothing is appended;
+//   - the entry's tenant is the lead's;
+//   - the entry is inserted with ON CONFLICT (source_message_id) WHERE
+//     source_message_id IS NOT NULL DO NOTHING: an entry of the same message
+//     makes the whole append a no-op (Duplicate) without failing the
+//     transaction;
+//   - the lead's last_event_at = greatest(last_event_at, OccurredAt), so an
+//     older event never moves it back; updated_at = now;
+//   - row_version is bumped, conditioned on the version read (optimistic
+//     lock): a lead changed since the read is CodeConcurrentUpdate (re-run
+//     at once in a fresh transaction), one that left Active
+//     CodeLeadNotActive, one that is gone CodeLeadNotFound.
+//
+// On an error the caller's transaction must be rolled back (the runtime
+// does): the entry inserted before the lead update is not kept.
+func appendEvent(ctx context.Context, tx *ent.Tx, l *ent.Lead, e FeedEntry, now time.Time) (Appended, error) {
+	if l.Status != StatusActive {
+		return Appended{}, CodeLeadNotActive.Errorf("lead %s is %s, not Active (INV-LEAD-2)", l.ID, l.Status)
+	}
+	if testHookBeforeWrite != nil {
+		testHookBeforeWrite(ctx, l.ID)
+	}
+	payload, err := json.Marshal(e.Payload)
+	if err != nil {
+		return Appended{}, fmt.Errorf("marshal the feed payload: %w", err)
+	}
+	id := uuid.New()
+	err = tx.LeadEvent.Create().
+		SetID(id).
+		SetLeadID(l.ID).
+		SetTenantID(l.TenantID).
+		SetType(string(e.Type)).
+		SetOccurredAt(e.OccurredAt).
+		SetSourceMessageID(e.SourceMessageID).
+		SetPayload(payload).
+		SetCreatedAt(now).
+		OnConflict(
+			sql.ConflictColumns(leadevent.FieldSourceMessageID),
+			sql.ConflictWhere(sql.NotNull(leadevent.FieldSourceMessageID)),
+		).
+		DoNothing().
+		Exec(ctx)
+	if errors.Is(err, stdsql.ErrNoRows) { // ON CONFLICT DO NOTHING returned no row (ent#1821)
+		return Appended{Duplicate: true}, nil
+	}
+	if err != nil {
+		return Appended{}, fmt.Errorf("insert the feed entry of lead %s: %w", l.ID, err)
+	}
+
+	n, err := tx.Lead.Update().
+		Where(
+			lead.ID(l.ID),
+			lead.RowVersion(l.RowVersion),
+			lead.Status(StatusActive),
+		).
+		SetUpdatedAt(now).
+		AddRowVersion(1).
+		Modify(func(u *sql.UpdateBuilder) {
+			u.Set(lead.FieldLastEventAt, sql.ExprFunc(func(b *sql.Builder) {
+				// GREATEST ignores NULL: a first event sets it.
+				b.WriteString("GREATEST(").Ident(lead.FieldLastEventAt).Comma().Arg(e.OccurredAt).WriteByte(')')
+			}))
+		}).
+		Save(ctx)
+	if err != nil {
+		return Appended{}, fmt.Errorf("update lead %s: %w", l.ID, err)
+	}
+	if n == 1 {
+		return Appended{EventID: id}, nil
+	}
+	// The conditional update missed: tell a lead that left Active from one
+	// that was only edited. Read committed: this sees the change.
+	cur, err := tx.Lead.Query().Where(lead.ID(l.ID)).Select(lead.FieldStatus, lead.FieldRowVersion).Only(ctx)
+	switch {
+	case ent.IsNotFound(err):
+		return Appended{}, CodeLeadNotFound.Errorf("lead %s disappeared between its read and the write", l.ID)
+	case err != nil:
+		return Appended{}, fmt.Errorf("re-read lead %s: %w", l.ID, err)
+	case cur.Status != StatusActive:
+		return Appended{}, CodeLeadNotActive.Errorf("lead %s left Active (now %s) between its read and the write (INV-LEAD-2)", l.ID, cur.Status)
+	default:
+		return Appended{}, CodeConcurrentUpdate.Errorf("lead %s changed concurrently (row_version %d read, %d now)", l.ID, l.RowVersion, cur.RowVersion)
+	}
+}
