@@ -42,7 +42,7 @@ env "local" {
     revisions_schema = "atlas_schema_revisions"
   }
 
-  # The policy of `pinctl migrate lint` (migrate.Policy): these are errors;
+  # The policy of `pinctl migrate lint` (see migrate.Lint): these are errors;
   # condrop (dropped foreign key) stays a warning. pinctl also errs on a
   # CREATE INDEX without CONCURRENTLY on an existing table (concurrent_index,
   # an Atlas Pro analyzer).

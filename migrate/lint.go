@@ -114,9 +114,9 @@ func (r *LintReport) err() error {
 	return fmt.Errorf("%w in %s", ErrLintFindings, strings.Join(names, ", "))
 }
 
-// Policy is which checks are errors (the rest report warnings). It matches
-// the lint block of atlas.hcl.
-var Policy = map[string]bool{
+// policy says which checks are errors (the others report warnings). It
+// matches the lint block of atlas.hcl.
+var policy = map[string]bool{
 	"destructive":      true,  // dropped schema, table or column: data loss
 	"data_depend":      true,  // may fail on existing data (new unique index, NOT NULL)
 	"incompatible":     true,  // renamed table or column: breaks running code
@@ -136,8 +136,10 @@ var Policy = map[string]bool{
 // `-- atlas:nolint [check|code ...]` (or a file with that directive in its
 // header) is exempt from the named checks, or from all.
 //
-// The error wraps ErrLintFindings when a finding is an error under Policy;
-// the report is returned with it.
+// Errors: destructive, data_depend, incompatible and concurrent_index
+// findings; warnings: condrop, and PG102 (DROP INDEX without CONCURRENTLY).
+// The error wraps ErrLintFindings when a finding is an error; the report is
+// returned with it.
 func Lint(ctx context.Context, devURL string, dir atlasmigrate.Dir, latest int) (*LintReport, error) {
 	if err := CheckDir(dir); err != nil {
 		return nil, err
@@ -183,7 +185,7 @@ type loader struct {
 }
 
 func (l *loader) load(ctx context.Context, base, files []atlasmigrate.File) (_ []*sqlcheck.File, err error) {
-	unlock, err := l.dev.Driver.Lock(ctx, "pinctl_lint", 30*time.Second)
+	unlock, err := l.dev.Driver.Lock(ctx, "atlas_lint", 30*time.Second) // the CLI's lock name
 	if err != nil {
 		return nil, fmt.Errorf("dev database: take the lint lock: %w", err)
 	}
@@ -358,7 +360,7 @@ func analyze(ctx context.Context, dev *sqlclient.Client, f *sqlcheck.File) (*Fil
 					if exempt(fileNolint, name, d.Code) || (s != nil && exempt(s.Directive("nolint"), name, d.Code)) {
 						continue
 					}
-					fd := Finding{Check: name, Code: d.Code, Text: d.Text, Error: Policy[name] && !advisory[d.Code]}
+					fd := Finding{Check: name, Code: d.Code, Text: d.Text, Error: policy[name] && !advisory[d.Code]}
 					if s != nil {
 						fd.Line, fd.Stmt = lineOf(f.File, s.Pos), s.Text
 					}
@@ -367,7 +369,7 @@ func analyze(ctx context.Context, dev *sqlclient.Client, f *sqlcheck.File) (*Fil
 			}),
 		}
 		// The analyzers return an error for a report they consider fatal;
-		// severity here is Policy's, and the report was already written.
+		// severity here is policy's, and the report was already written.
 		_ = a.Analyze(ctx, pass)
 	}
 	slices.SortStableFunc(fr.Findings, func(a, b Finding) int { return a.Line - b.Line })
@@ -469,7 +471,7 @@ func (concurrentIndex) Analyze(_ context.Context, p *sqlcheck.Pass) error {
 	return nil
 }
 
-// advisory lists the codes that are warnings whatever Policy says of their
+// advisory lists the codes that are warnings whatever policy says of their
 // check.
 var advisory = map[string]bool{"PG102": true}
 
