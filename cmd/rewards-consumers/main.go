@@ -1,0 +1,21 @@
+// Command rewards-consumers runs the rewards service's event consumers
+// (Referral Bond Sync, group pin-rewards-referral-bonds) until SIGINT or
+// SIGTERM. Configuration comes from the environment (CONTRACT.md §2).
+package main
+
+import (
+	"context"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/pin-platform/consumers/consumers/consumer"
+	"github.com/pin-platform/consumers/consumers/rewards"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := consumer.Main(ctx, os.Environ(), os.Stderr, ":9091", rewards.New)
+	stop()
+	os.Exit(code)
+}
