@@ -262,11 +262,11 @@ func CheckDir(dir atlasmigrate.Dir) error {
 	case errors.As(err, &ce):
 		switch ce.Reason {
 		case atlasmigrate.ReasonAdded:
-			return fmt.Errorf("migration directory does not match atlas.sum: %s was added without updating atlas.sum (regenerate it with `pinctl migrate diff`, never by hand)", ce.File)
+			return fmt.Errorf("migration directory does not match atlas.sum: %s was added without updating atlas.sum (files come from `pinctl migrate diff`; `pinctl migrate hash` re-hashes a reviewed directory)", ce.File)
 		case atlasmigrate.ReasonRemoved:
 			return fmt.Errorf("migration directory does not match atlas.sum: %s was removed (atlas.sum line %d)", ce.File, ce.Line)
 		default:
-			return fmt.Errorf("migration directory does not match atlas.sum: %s was edited (atlas.sum line %d); migration files are immutable: restore it and put the change in a new file", ce.File, ce.Line)
+			return fmt.Errorf("migration directory does not match atlas.sum: %s was edited (atlas.sum line %d); an applied file must never change: restore it and put the change in a new file (only for a file applied nowhere yet, `pinctl migrate hash` accepts the edit)", ce.File, ce.Line)
 		}
 	case errors.Is(err, atlasmigrate.ErrChecksumNotFound):
 		return errors.New("migration directory has no atlas.sum: refusing unverified files")

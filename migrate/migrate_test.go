@@ -51,15 +51,7 @@ func sampleDir(t *testing.T, extra map[string]string) string {
 // rehash rewrites atlas.sum of the directory at path to match its files.
 func rehash(t *testing.T, path string) {
 	t.Helper()
-	dir, err := atlasmigrate.NewLocalDir(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	sum, err := dir.Checksum()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := atlasmigrate.WriteSumFile(dir, sum); err != nil {
+	if err := migrate.Hash(path); err != nil {
 		t.Fatal(err)
 	}
 }

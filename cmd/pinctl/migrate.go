@@ -17,7 +17,7 @@ import (
 func init() {
 	register(command{
 		name:    "migrate",
-		summary: "versioned migrations: apply, status, plan, diff, lint",
+		summary: "versioned migrations: apply, status, plan, diff, lint, hash",
 		run: func(ctx context.Context, args []string) error {
 			return subcommands(ctx, "migrate", migrateCommands, args)
 		},
@@ -30,6 +30,7 @@ var migrateCommands = []command{
 	{name: "plan", summary: "the SQL apply would run, with lint findings", run: migratePlan},
 	{name: "diff", summary: "write a new migration file from the ent schema", run: migrateDiff},
 	{name: "lint", summary: "lint the newest migration files", run: migrateLint},
+	{name: "hash", summary: "re-hash atlas.sum after a reviewed edit of an unapplied file", run: migrateHash},
 }
 
 // dirFlag registers --dir. Commands that read a database default to the
@@ -245,5 +246,21 @@ func migrateLint(ctx context.Context, args []string) error {
 	if err != nil {
 		return fmt.Errorf("migrate lint: %w", err)
 	}
+	return nil
+}
+
+func migrateHash(_ context.Context, args []string) error {
+	fs := newFlags("migrate hash", "migrate hash [--dir DIR]",
+		"Rewrites atlas.sum to match the directory's files, after a reviewed edit of a\n"+
+			"file that no database has applied yet (e.g. adding `-- atlas:txmode none` or\n"+
+			"`-- atlas:nolint`). apply still refuses a file changed after it was applied.")
+	dirPath := dirFlag(fs, migrate.SourceDir, "migration directory of the source tree")
+	if _, err := parseArgs(fs, args, 0, 0); err != nil {
+		return err
+	}
+	if err := migrate.Hash(*dirPath); err != nil {
+		return fmt.Errorf("migrate hash: %w", err)
+	}
+	fmt.Printf("wrote %s/atlas.sum\n", *dirPath)
 	return nil
 }

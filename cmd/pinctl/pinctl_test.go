@@ -4,10 +4,13 @@ import (
 	"bytes"
 	"errors"
 	"flag"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 
+	"github.com/pin-platform/consumers/migrate"
 	"github.com/pin-platform/consumers/migrate/pgtest"
 )
 
@@ -100,6 +103,37 @@ func TestMigrateCommands(t *testing.T) {
 				t.Fatalf("stderr is not one line: %q", stderr.String())
 			}
 		})
+	}
+}
+
+func TestMigrateHash(t *testing.T) {
+	path := t.TempDir()
+	src, err := os.ReadDir("../../migrate/migrations")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range src {
+		b, err := os.ReadFile(filepath.Join("../../migrate/migrations", e.Name()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if strings.HasSuffix(e.Name(), ".sql") {
+			b = append([]byte("-- atlas:nolint\n\n"), b...) // a reviewed directive
+		}
+		if err := os.WriteFile(filepath.Join(path, e.Name()), b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var stderr bytes.Buffer
+	if code := exitCode(&stderr, run(t.Context(), []string{"migrate", "hash", "--dir", path})); code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr.String())
+	}
+	dir, err := migrate.OpenDir(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := migrate.CheckDir(dir); err != nil {
+		t.Fatalf("after hash: %v", err)
 	}
 }
 
