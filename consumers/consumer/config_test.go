@@ -1,0 +1,118 @@
+package consumer
+
+import (
+	"errors"
+	"testing"
+	"time"
+)
+
+func TestConfigFromEnv(t *testing.T) {
+	base := []string{"KAFKA_BOOTSTRAP_SERVERS=b:9092", "DATABASE_URL=postgres://db"}
+	t.Run("defaults", func(t *testing.T) {
+		c, err := ConfigFromEnv(base, ":9091")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c.HTTPAddr != ":9091" || c.RetryTimeScale != 1 || c.LogLevel.String() != "info" || c.BatchSize != 64 {
+			t.Fatalf("defaults: %+v", c)
+		}
+	})
+	t.Run("kafka properties pass through", func(t *testing.T) {
+		c, err := ConfigFromEnv(append(base, "KAFKA_SESSION_TIMEOUT_MS=6000", "KAFKA_SECURITY_PROTOCOL=SSL", "KAFKA_SASL_MECHANISMS=PLAIN"), "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := map[string]string{"session.timeout.ms": "6000", "security.protocol": "SSL", "sasl.mechanisms": "PLAIN"}
+		for k, v := range want {
+			if c.Kafka[k] != v {
+				t.Errorf("%s = %v, want %s", k, c.Kafka[k], v)
+			}
+		}
+		if _, ok := c.Kafka["bootstrap.servers"]; ok {
+			t.Error("bootstrap.servers belongs to Brokers")
+		}
+	})
+	t.Run("scale and overrides", func(t *testing.T) {
+		c, err := ConfigFromEnv(append(base, "RETRY_TIME_SCALE=0.001", "HTTP_ADDR=:1", "LOG_LEVEL=DEBUG", "CONSUMER_DRAIN_TIMEOUT=3s"), ":9")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c.scale(30*time.Second) != 30*time.Millisecond || c.HTTPAddr != ":1" || c.LogLevel.String() != "debug" || c.DrainTimeout != 3*time.Second {
+			t.Fatalf("%+v", c)
+		}
+	})
+	bad := map[string]struct {
+		env  []string
+		name string
+	}{
+		"brokers":    {[]string{"DATABASE_URL=x"}, "KAFKA_BOOTSTRAP_SERVERS"},
+		"database":   {[]string{"KAFKA_BOOTSTRAP_SERVERS=x"}, "DATABASE_URL"},
+		"scale ≤ 0":  {append(base, "RETRY_TIME_SCALE=-1"), "RETRY_TIME_SCALE"},
+		"scale text": {append(base, "RETRY_TIME_SCALE=x"), "RETRY_TIME_SCALE"},
+		"level":      {append(base, "LOG_LEVEL=chatty"), "LOG_LEVEL"},
+		"batch":      {append(base, "CONSUMER_BATCH_SIZE=0"), "CONSUMER_BATCH_SIZE"},
+	}
+	for name, c := range bad {
+		t.Run("invalid "+name, func(t *testing.T) {
+			_, err := ConfigFromEnv(c.env, "")
+			var ce *ConfigError
+			if !errors.As(err, &ce) || ce.Var != c.name {
+				t.Fatalf("err = %v, want a ConfigError naming %s", err, c.name)
+			}
+		})
+	}
+}
+
+func TestDecodeEnvelope(t *testing.T) {
+	cases := []struct {
+		name  string
+		value string
+		ok    bool
+	}{
+		{"canonical", `{"MessageId":"6f1c2b9e-1111-4222-8333-444455556666","EventType":"x","ContractVersion":1,"CreatedAt":"2026-11-30T10:00:00Z","Payload":{}}`, true},
+		{"camel case members", `{"messageId":"6f1c2b9e-1111-4222-8333-444455556666","eventType":"x","payload":{}}`, true},
+		{"unknown members ignored", `{"MessageId":"6f1c2b9e-1111-4222-8333-444455556666","Extra":[1,2],"Payload":{}}`, true},
+		{"array", `[1]`, false},
+		{"null", `null`, false},
+		{"empty", ``, false},
+		{"no id", `{"EventType":"x"}`, false},
+		{"nil id", `{"MessageId":"00000000-0000-0000-0000-000000000000"}`, false},
+		{"bad id", `{"MessageId":"abc"}`, false},
+		{"id of wrong type", `{"MessageId":12}`, false},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			e, err := DecodeEnvelope([]byte(c.value))
+			if c.ok != (err == nil) {
+				t.Fatalf("err = %v, want ok=%v", err, c.ok)
+			}
+			if err != nil {
+				if code, _ := CodeOf(err); code.Name != "EVENT_ENVELOPE_INVALID" {
+					t.Fatalf("code = %s", code.Name)
+				}
+				return
+			}
+			if e.MessageID.String() != "6f1c2b9e-1111-4222-8333-444455556666" {
+				t.Fatalf("MessageID = %s", e.MessageID)
+			}
+		})
+	}
+}
+
+func TestDecodePayloadErrorsCarryTheServiceCode(t *testing.T) {
+	code := Code{Name: "SVC_INVALID", Class: Invalid}
+	type P struct{ N int }
+	for name, payload := range map[string]string{"missing": ``, "null": `null`, "array": `[]`, "wrong type": `{"N":"x"}`} {
+		t.Run(name, func(t *testing.T) {
+			m := &Message{Envelope: Envelope{Payload: []byte(payload)}, invalid: code}
+			_, err := DecodePayload[P](m)
+			if c, _ := CodeOf(err); c.Name != "SVC_INVALID" {
+				t.Fatalf("err = %v", err)
+			}
+		})
+	}
+	m := &Message{Envelope: Envelope{Payload: []byte(`{"n":3}`)}, invalid: code}
+	if p, err := DecodePayload[P](m); err != nil || p.N != 3 {
+		t.Fatalf("case-insensitive member: %v %v", p, err)
+	}
+}

@@ -1,0 +1,238 @@
+package consumer_test
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/url"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/pin-platform/consumers/consumers/consumer"
+	"github.com/pin-platform/consumers/consumers/kafkatest"
+	"github.com/pin-platform/consumers/ent"
+	"github.com/pin-platform/consumers/ent/lead"
+	"github.com/pin-platform/consumers/migrate/pgtest"
+)
+
+// The probe service is the runtime's test service: a tiny handler whose
+// payload says how to fail, over the real leads/lead_events tables.
+
+const (
+	probeTopic = "test.probe.v1"
+	probeDLQ   = "test.probe-dlq.v1"
+	probeGroup = "test-probe"
+	probeType  = "test.probe"
+)
+
+var (
+	probeInvalid  = consumer.Code{Name: "PROBE_INVALID", Class: consumer.Invalid}
+	probeConflict = consumer.Code{Name: "PROBE_CONFLICT", Class: consumer.RetryNow}
+)
+
+type probePayload struct {
+	LeadID uuid.UUID `json:"LeadId"`
+	Mode   string    // "", "invalid", "conflict", "panic"
+}
+
+// probeService builds the probe; a lead that does not exist is a RetryLater
+// error with the given schedule.
+func probeService(schedule ...time.Duration) func(prometheus.Registerer) consumer.Service {
+	notFound := consumer.Code{Name: "PROBE_LEAD_NOT_FOUND", Class: consumer.RetryLater, Backoff: schedule}
+	return func(prometheus.Registerer) consumer.Service {
+		return consumer.Service{
+			Name: "probe", Topic: probeTopic, Group: probeGroup, DLQTopic: probeDLQ,
+			ContractVersion: 1,
+			InvalidCode:     probeInvalid,
+			Routes: []consumer.Route{{
+				EventType: probeType,
+				KeyPrefix: "probe:",
+				Handle: func(ctx context.Context, tx *ent.Tx, m *consumer.Message) (consumer.Outcome, error) {
+					p, err := consumer.DecodePayload[probePayload](m)
+					if err != nil {
+						return "", err
+					}
+					switch p.Mode {
+					case "invalid":
+						return "", m.Invalid("Mode invalid asked for")
+					case "conflict":
+						return "", probeConflict.Errorf("row version moved")
+					case "panic":
+						panic("probe panics")
+					}
+					l, err := tx.Lead.Query().Where(lead.ID(p.LeadID)).Only(ctx)
+					if ent.IsNotFound(err) {
+						return "", notFound.Errorf("lead %s not found", p.LeadID)
+					}
+					if err != nil {
+						return "", err
+					}
+					err = tx.LeadEvent.Create().
+						SetLeadID(l.ID).SetTenantID(l.TenantID).SetType("SelectionAttached").
+						SetOccurredAt(m.CreatedAt).SetPayload(json.RawMessage(`{}`)).Exec(ctx)
+					if err != nil {
+						return "", err
+					}
+					return consumer.Applied, nil
+				},
+			}},
+		}
+	}
+}
+
+type env struct {
+	t       *testing.T
+	cluster *kafkatest.Cluster
+	url     string
+	db      *sql.DB
+}
+
+func newEnv(t *testing.T) *env {
+	t.Helper()
+	cl := kafkatest.NewCluster(t, map[string]int{probeTopic: 3, probeDLQ: 3})
+	u := pgtest.NewDB(t)
+	db, err := sql.Open("postgres", u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	return &env{t: t, cluster: cl, url: u, db: db}
+}
+
+func (e *env) lead() uuid.UUID {
+	e.t.Helper()
+	id := uuid.New()
+	e.insertLead(id)
+	return id
+}
+
+func (e *env) insertLead(id uuid.UUID) {
+	e.t.Helper()
+	_, err := e.db.Exec(`INSERT INTO leads (id, tenant_id, executor_agent_user_id, primary_investor_user_id, status)
+		VALUES ($1, $2, $3, $4, 'Active')`, id, uuid.New(), uuid.New(), uuid.New())
+	if err != nil {
+		e.t.Fatal(err)
+	}
+}
+
+func (e *env) count(q string, args ...any) int {
+	e.t.Helper()
+	var n int
+	if err := e.db.QueryRow(q, args...).Scan(&n); err != nil {
+		e.t.Fatal(err)
+	}
+	return n
+}
+
+func (e *env) events(leadID uuid.UUID) int {
+	return e.count(`SELECT count(*) FROM lead_events WHERE lead_id = $1`, leadID)
+}
+
+// envelope is a probe event for lead with mode, returned with its MessageId.
+func envelope(leadID uuid.UUID, mode string) (uuid.UUID, []byte) {
+	id := uuid.New()
+	b, _ := json.Marshal(map[string]any{
+		"MessageId": id, "EventType": probeType, "ContractVersion": 1,
+		"CreatedAt": time.Now().UTC().Format(time.RFC3339Nano), "AggregateId": leadID, "AggregateType": "Lead",
+		"Payload": map[string]any{"LeadId": leadID, "Mode": mode},
+	})
+	return id, b
+}
+
+func (e *env) produce(partition int32, value []byte) {
+	e.t.Helper()
+	e.cluster.Produce(e.t, probeTopic, kafkatest.Message{Partition: partition, Key: []byte(uuid.NewString()), Value: value})
+}
+
+// committed sums the group's committed offsets over the partitions.
+func (e *env) committed() int64 {
+	var n int64
+	for _, o := range e.cluster.Committed(e.t, probeGroup, probeTopic) {
+		n += o
+	}
+	return n
+}
+
+func (e *env) waitCommitted(n int64) {
+	e.t.Helper()
+	kafkatest.Eventually(e.t, 30*time.Second, func() bool { return e.committed() == n },
+		"committed offsets to reach %d (have %d)", n, e.committed())
+}
+
+// proxy is a TCP proxy to PostgreSQL that a test can cut and restore: the
+// database "goes away" for the runtime only.
+type proxy struct {
+	ln     net.Listener
+	target string
+	mu     sync.Mutex
+	up     bool
+	conns  []net.Conn
+}
+
+func newProxy(t *testing.T, dbURL string) (*proxy, string) {
+	t.Helper()
+	u, err := url.Parse(dbURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &proxy{ln: ln, target: u.Host, up: true}
+	go p.serve()
+	t.Cleanup(func() { ln.Close(); p.cut() })
+	u.Host = ln.Addr().String()
+	return p, u.String()
+}
+
+func (p *proxy) serve() {
+	for {
+		c, err := p.ln.Accept()
+		if err != nil {
+			return
+		}
+		p.mu.Lock()
+		up := p.up
+		p.mu.Unlock()
+		if !up {
+			c.Close()
+			continue
+		}
+		s, err := net.Dial("tcp", p.target)
+		if err != nil {
+			c.Close()
+			continue
+		}
+		p.mu.Lock()
+		p.conns = append(p.conns, c, s)
+		p.mu.Unlock()
+		go func() { _, _ = io.Copy(s, c); s.Close() }()
+		go func() { _, _ = io.Copy(c, s); c.Close() }()
+	}
+}
+
+func (p *proxy) cut() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.up = false
+	for _, c := range p.conns {
+		c.Close()
+	}
+	p.conns = nil
+}
+
+func (p *proxy) restore() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.up = true
+}
+
+var _ = fmt.Sprint

@@ -1,0 +1,470 @@
+package consumer_test
+
+import (
+	"bytes"
+	"context"
+	"net/http"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/confluentinc/confluent-kafka-go/v2/kafka"
+	"github.com/google/uuid"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+
+	"github.com/pin-platform/consumers/consumers/consumer"
+	"github.com/pin-platform/consumers/consumers/consumer/consumertest"
+	"github.com/pin-platform/consumers/consumers/kafkatest"
+	"github.com/pin-platform/consumers/migrate/pgtest"
+)
+
+func TestMain(m *testing.M) { pgtest.Main(m) }
+
+// long is a retry-later schedule that does not run out during a test
+// (1000 s × RETRY_TIME_SCALE 0.001 = 1 s per retry).
+var long = []time.Duration{1000 * time.Second, 1000 * time.Second, 1000 * time.Second, 1000 * time.Second, 1000 * time.Second, 1000 * time.Second, 1000 * time.Second, 1000 * time.Second}
+
+func TestCommitsOffsetsOnlyAfterTheDatabaseCommit(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	leadID := e.lead()
+	const n = 30
+	for i := 0; i < n; i++ {
+		_, v := envelope(leadID, "")
+		e.produce(int32(i%3), v)
+	}
+	r := consumertest.Start(t, e.cluster.Bootstrap, e.url, probeService(long...), consumertest.Options{})
+	e.waitCommitted(n)
+	// Every committed offset has its effect and its mark in the database.
+	if got := e.events(leadID); got != n {
+		t.Fatalf("lead_events = %d, want %d", got, n)
+	}
+	if got := e.count(`SELECT count(*) FROM processed_messages WHERE outcome = 'applied' AND consumer_group = $1 AND topic = $2`, probeGroup, probeTopic); got != n {
+		t.Fatalf("processed_messages = %d, want %d", got, n)
+	}
+	if got := r.Counter("pin_consumer_messages_total", map[string]string{"outcome": "applied"}); got != n {
+		t.Fatalf("messages_total{applied} = %v, want %d", got, n)
+	}
+}
+
+func TestRedeliveryAfterCrashBetweenDatabaseAndOffsetCommitIsSkipped(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	leadID := e.lead()
+	id, v := envelope(leadID, "")
+	e.produce(0, v)
+	// The state a crash leaves between the two commits: effect and mark are
+	// in the database, the offset was never committed.
+	if _, err := e.db.Exec(`INSERT INTO lead_events (lead_id, tenant_id, type, occurred_at, payload) SELECT id, tenant_id, 'SelectionAttached', now(), '{}' FROM leads WHERE id = $1`, leadID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.db.Exec(`INSERT INTO processed_messages (idempotency_key, consumer_group, topic, "partition", "offset", outcome) VALUES ($1, $2, $3, 0, 0, 'applied')`, "probe:"+id.String(), probeGroup, probeTopic); err != nil {
+		t.Fatal(err)
+	}
+	r := consumertest.Start(t, e.cluster.Bootstrap, e.url, probeService(long...), consumertest.Options{})
+	e.waitCommitted(1)
+	if got := e.events(leadID); got != 1 {
+		t.Fatalf("lead_events = %d, want 1 (no double effect)", got)
+	}
+	if got := r.Counter("pin_consumer_messages_total", map[string]string{"outcome": "skipped-duplicate"}); got != 1 {
+		t.Fatalf("skipped-duplicate = %v, want 1", got)
+	}
+}
+
+func TestSameMessageTwiceHasOneEffect(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	leadID := e.lead()
+	_, v := envelope(leadID, "")
+	e.produce(1, v)
+	e.produce(1, v) // same batch
+	consumertest.Start(t, e.cluster.Bootstrap, e.url, probeService(long...), consumertest.Options{})
+	e.waitCommitted(2)
+	e.produce(1, v) // a later batch
+	e.waitCommitted(3)
+	if got := e.events(leadID); got != 1 {
+		t.Fatalf("lead_events = %d, want 1", got)
+	}
+}
+
+func TestInvalidMessagesGoToTheDLQWithEveryHeader(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	leadID := e.lead()
+	_, invalid := envelope(leadID, "invalid")
+	_, panics := envelope(leadID, "panic")
+	wrongType := []byte(`{"MessageId":"` + uuid.NewString() + `","EventType":"test.probe","ContractVersion":1,"Payload":{"LeadId":42}}`)
+	noPayload := []byte(`{"messageId":"` + uuid.NewString() + `","eventType":"test.probe","contractVersion":1}`)
+	cases := []struct {
+		name  string
+		value []byte
+		code  string
+	}{
+		{"handler says invalid", invalid, "PROBE_INVALID"},
+		{"not JSON", []byte("not json"), "EVENT_ENVELOPE_INVALID"},
+		{"tombstone", nil, "EVENT_ENVELOPE_INVALID"},
+		{"no MessageId", []byte(`{"EventType":"test.probe","Payload":{}}`), "EVENT_ENVELOPE_INVALID"},
+		{"MessageId not a UUID", []byte(`{"MessageId":"42","EventType":"test.probe","Payload":{}}`), "EVENT_ENVELOPE_INVALID"},
+		{"payload member of the wrong type", wrongType, "PROBE_INVALID"},
+		{"payload missing", noPayload, "PROBE_INVALID"},
+		{"handler panics", panics, "PROBE_INVALID"},
+	}
+	var produced []kafka.TopicPartition
+	for i, c := range cases {
+		produced = append(produced, e.cluster.Produce(t, probeTopic, kafkatest.Message{
+			Partition: 2, Key: []byte("key-" + strconv.Itoa(i)), Value: c.value,
+			Headers: map[string]string{"origin": c.name},
+		})...)
+	}
+	_, ok := envelope(leadID, "")
+	e.produce(2, ok) // after the bad ones: the partition goes on
+	start := time.Now().Add(-time.Second)
+	r := consumertest.Start(t, e.cluster.Bootstrap, e.url, probeService(long...), consumertest.Options{})
+	e.waitCommitted(int64(len(cases) + 1))
+	dlq := e.cluster.ReadAll(t, probeDLQ, len(cases), 10*time.Second)
+	if len(dlq) != len(cases) {
+		t.Fatalf("DLQ holds %d messages, want %d", len(dlq), len(cases))
+	}
+	for i, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			m := dlq[i]
+			if !bytes.Equal(m.Value, c.value) || string(m.Key) != "key-"+strconv.Itoa(i) {
+				t.Errorf("key/value not kept byte for byte: %q %q", m.Key, m.Value)
+			}
+			if c.value == nil && m.Value != nil {
+				t.Errorf("tombstone value became %q", m.Value)
+			}
+			if m.TopicPartition.Partition != 2 {
+				t.Errorf("DLQ partition %d, want the original 2", m.TopicPartition.Partition)
+			}
+			want := map[string]string{
+				"origin":               c.name,
+				"x-dlq-error-code":     c.code,
+				"x-source-topic":       probeTopic,
+				"x-original-partition": "2",
+				"x-original-offset":    strconv.FormatInt(int64(produced[i].Offset), 10),
+				"x-consumer-group":     probeGroup,
+				"x-attempts":           "1",
+			}
+			for k, v := range want {
+				if got := kafkatest.Header(m, k); got != v {
+					t.Errorf("header %s = %q, want %q", k, got, v)
+				}
+			}
+			if kafkatest.Header(m, "x-dlq-reason") == "" {
+				t.Error("x-dlq-reason is empty")
+			}
+			at, err := time.Parse(time.RFC3339, kafkatest.Header(m, "x-dlq-at"))
+			if err != nil || at.Before(start.Truncate(time.Second)) {
+				t.Errorf("x-dlq-at = %q (%v)", kafkatest.Header(m, "x-dlq-at"), err)
+			}
+		})
+	}
+	if got := e.events(leadID); got != 1 {
+		t.Fatalf("lead_events = %d, want 1 (the good message after the bad ones)", got)
+	}
+	// A dead-lettered message gets no idempotency mark.
+	if got := e.count(`SELECT count(*) FROM processed_messages`); got != 1 {
+		t.Fatalf("processed_messages = %d, want 1", got)
+	}
+	if got := r.Counter("pin_consumer_dlq_total", nil); got != float64(len(cases)) {
+		t.Fatalf("dlq_total = %v, want %d", got, len(cases))
+	}
+}
+
+func TestRetryNowIsRetriedThreeTimesThenDeadLettered(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	_, v := envelope(e.lead(), "conflict")
+	e.produce(0, v)
+	r := consumertest.Start(t, e.cluster.Bootstrap, e.url, probeService(long...), consumertest.Options{})
+	e.waitCommitted(1)
+	dlq := e.cluster.ReadAll(t, probeDLQ, 1, 10*time.Second)
+	if len(dlq) != 1 {
+		t.Fatalf("DLQ holds %d messages, want 1", len(dlq))
+	}
+	if c, a := kafkatest.Header(dlq[0], "x-dlq-error-code"), kafkatest.Header(dlq[0], "x-attempts"); c != "PROBE_CONFLICT" || a != "4" {
+		t.Fatalf("code %q attempts %q, want PROBE_CONFLICT 4", c, a)
+	}
+	if got := r.Counter("pin_consumer_retries_total", map[string]string{"class": "retry-now"}); got != 3 {
+		t.Fatalf("retry-now retries = %v, want 3", got)
+	}
+}
+
+func TestRetryLaterDoesNotBlockThePartitionAndAppliesWhenTheConditionClears(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	missing, present := uuid.New(), e.lead()
+	_, waiting := envelope(missing, "")
+	_, later := envelope(present, "")
+	e.produce(0, waiting)
+	e.produce(0, later)
+	consumertest.Start(t, e.cluster.Bootstrap, e.url, probeService(long...), consumertest.Options{})
+	// The later message of the same partition is applied while the first
+	// waits, and both offsets are committed: the wait is in the database.
+	e.waitCommitted(2)
+	if got := e.events(present); got != 1 {
+		t.Fatalf("later message: lead_events = %d, want 1", got)
+	}
+	if got := e.count(`SELECT count(*) FROM parked_messages WHERE error_code = 'PROBE_LEAD_NOT_FOUND'`); got != 1 {
+		t.Fatalf("parked_messages = %d, want 1", got)
+	}
+	e.insertLead(missing)
+	kafkatest.Eventually(t, 20*time.Second, func() bool { return e.events(missing) == 1 }, "the parked message to apply")
+	kafkatest.Eventually(t, 5*time.Second, func() bool { return e.count(`SELECT count(*) FROM parked_messages`) == 0 }, "the parked row to go")
+}
+
+func TestRetryLaterSurvivesARestart(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	missing := uuid.New()
+	_, v := envelope(missing, "")
+	e.produce(1, v)
+	r := consumertest.Start(t, e.cluster.Bootstrap, e.url, probeService(long...), consumertest.Options{})
+	e.waitCommitted(1)
+	if err := r.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	e.insertLead(missing)
+	if got := e.events(missing); got != 0 {
+		t.Fatalf("applied before the restart")
+	}
+	consumertest.Start(t, e.cluster.Bootstrap, e.url, probeService(long...), consumertest.Options{})
+	kafkatest.Eventually(t, 20*time.Second, func() bool { return e.events(missing) == 1 }, "the parked message to apply after the restart")
+}
+
+func TestRetryLaterIsDeadLetteredWhenTheScheduleIsSpent(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	_, v := envelope(uuid.New(), "")
+	tp := e.cluster.Produce(t, probeTopic, kafkatest.Message{Partition: 2, Key: []byte("k"), Value: v})
+	r := consumertest.Start(t, e.cluster.Bootstrap, e.url, probeService(time.Second, 2*time.Second, 4*time.Second), consumertest.Options{})
+	dlq := e.cluster.ReadAll(t, probeDLQ, 1, 30*time.Second)
+	if len(dlq) != 1 {
+		t.Fatalf("DLQ holds %d messages, want 1", len(dlq))
+	}
+	m := dlq[0]
+	if c, a := kafkatest.Header(m, "x-dlq-error-code"), kafkatest.Header(m, "x-attempts"); c != "PROBE_LEAD_NOT_FOUND" || a != "4" {
+		t.Fatalf("code %q attempts %q, want PROBE_LEAD_NOT_FOUND 4 (first attempt + 3 retries)", c, a)
+	}
+	if got := kafkatest.Header(m, "x-original-offset"); got != strconv.FormatInt(int64(tp[0].Offset), 10) {
+		t.Fatalf("x-original-offset = %s", got)
+	}
+	if !bytes.Equal(m.Value, v) {
+		t.Fatal("value changed")
+	}
+	kafkatest.Eventually(t, 5*time.Second, func() bool { return e.count(`SELECT count(*) FROM parked_messages`) == 0 }, "the parked row to go")
+	if got := r.Counter("pin_consumer_retries_total", map[string]string{"class": "retry-later"}); got != 3 {
+		t.Fatalf("retry-later retries = %v, want 3", got)
+	}
+}
+
+func TestDatabaseOutagePausesWithoutDLQAndResumes(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	leadID := e.lead()
+	p, viaProxy := newProxy(t, e.url)
+	r := consumertest.Start(t, e.cluster.Bootstrap, viaProxy, probeService(long...),
+		consumertest.Options{BatchSize: 1, QueueSize: 1})
+	_, v := envelope(leadID, "")
+	e.produce(0, v)
+	e.waitCommitted(1)
+
+	p.cut()
+	const more = 6
+	for i := 0; i < more; i++ {
+		_, v := envelope(leadID, "")
+		e.produce(0, v)
+	}
+	kafkatest.Eventually(t, 20*time.Second, func() bool {
+		return r.Counter("pin_consumer_retries_total", map[string]string{"class": "infrastructure"}) >= 3
+	}, "infrastructure retries")
+	kafkatest.Eventually(t, 20*time.Second, func() bool {
+		return r.Counter("pin_consumer_paused_partitions", nil) >= 1
+	}, "the partition to be paused")
+	if got := e.committed(); got != 1 {
+		t.Fatalf("committed %d during the outage, want 1", got)
+	}
+	p.restore()
+	e.waitCommitted(1 + more)
+	if got := e.events(leadID); got != 1+more {
+		t.Fatalf("lead_events = %d, want %d", got, 1+more)
+	}
+	if n := e.cluster.Count(t, probeDLQ); n != 0 {
+		t.Fatalf("DLQ holds %d messages, want none", n)
+	}
+	kafkatest.Eventually(t, 10*time.Second, func() bool {
+		return r.Counter("pin_consumer_paused_partitions", nil) == 0
+	}, "the partition to be resumed")
+}
+
+func TestTwoConsumersRebalanceWithoutLossOrDoubleEffects(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	leadID := e.lead()
+	const first, second = 300, 150
+	for i := 0; i < first; i++ {
+		_, v := envelope(leadID, "")
+		e.produce(int32(i%3), v)
+	}
+	opts := consumertest.Options{BatchSize: 4}
+	a := consumertest.Start(t, e.cluster.Bootstrap, e.url, probeService(long...), opts)
+	kafkatest.Eventually(t, 30*time.Second, func() bool { return e.events(leadID) > 20 }, "a to start")
+	b := consumertest.Start(t, e.cluster.Bootstrap, e.url, probeService(long...), opts)
+	e.waitCommitted(first)
+	if err := a.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < second; i++ {
+		_, v := envelope(leadID, "")
+		e.produce(int32(i%3), v)
+	}
+	e.waitCommitted(first + second)
+	if got := e.events(leadID); got != first+second {
+		t.Fatalf("lead_events = %d, want %d: lost or doubled effects", got, first+second)
+	}
+	if got := e.count(`SELECT count(*) FROM processed_messages`); got != first+second {
+		t.Fatalf("processed_messages = %d, want %d", got, first+second)
+	}
+	if b.Counter("pin_consumer_messages_total", nil) == 0 {
+		t.Fatal("b processed nothing: no rebalance happened")
+	}
+}
+
+func TestShutdownDrainsAndCommitsBeforeReturning(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	leadID := e.lead()
+	const n = 50
+	for i := 0; i < n; i++ {
+		_, v := envelope(leadID, "")
+		e.produce(int32(i%3), v)
+	}
+	// Auto-commit far away: only the shutdown commit can store the offsets.
+	r := consumertest.Start(t, e.cluster.Bootstrap, e.url, probeService(long...),
+		consumertest.Options{Kafka: kafka.ConfigMap{"auto.commit.interval.ms": 600000}})
+	kafkatest.Eventually(t, 30*time.Second, func() bool { return e.events(leadID) == n }, "all messages applied")
+	if err := r.Stop(); err != nil {
+		t.Fatalf("Run returned %v, want nil", err)
+	}
+	if got := e.committed(); got != n {
+		t.Fatalf("committed %d after shutdown, want %d", got, n)
+	}
+}
+
+func TestUnknownEventTypeIsSkippedAndContractMismatchProceeds(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	leadID := e.lead()
+	unknown := []byte(`{"MessageId":"` + uuid.NewString() + `","EventType":"test.other","ContractVersion":1,"Payload":{}}`)
+	mismatch := []byte(`{"MessageId":"` + uuid.NewString() + `","EventType":"test.probe","ContractVersion":2,"Payload":{"LeadId":"` + leadID.String() + `"}}`)
+	e.produce(0, unknown)
+	e.produce(0, mismatch)
+	r := consumertest.Start(t, e.cluster.Bootstrap, e.url, probeService(long...), consumertest.Options{})
+	e.waitCommitted(2)
+	if got := e.events(leadID); got != 1 {
+		t.Fatalf("lead_events = %d, want 1 (mismatch proceeds)", got)
+	}
+	if got := r.Counter("pin_consumer_unknown_event_types_total", map[string]string{"event_type": "test.other"}); got != 1 {
+		t.Fatalf("unknown_event_types_total = %v", got)
+	}
+	if got := r.Counter("pin_consumer_contract_mismatch_total", nil); got != 1 {
+		t.Fatalf("contract_mismatch_total = %v", got)
+	}
+	if n := e.cluster.Count(t, probeDLQ); n != 0 {
+		t.Fatalf("DLQ holds %d", n)
+	}
+}
+
+func TestTraceparentIsContinued(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	rec := tracetest.NewSpanRecorder()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
+	_, v := envelope(e.lead(), "")
+	const traceID, parentID = "4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7"
+	e.cluster.Produce(t, probeTopic, kafkatest.Message{Partition: 0, Key: []byte("k"), Value: v,
+		Headers: map[string]string{"traceparent": "00-" + traceID + "-" + parentID + "-01"}})
+	consumertest.Start(t, e.cluster.Bootstrap, e.url, probeService(long...), consumertest.Options{TracerProvider: tp})
+	e.waitCommitted(1)
+	kafkatest.Eventually(t, 5*time.Second, func() bool {
+		for _, s := range rec.Ended() {
+			if s.Name() == "process "+probeTopic && s.SpanContext().TraceID().String() == traceID &&
+				s.Parent().SpanID().String() == parentID {
+				return true
+			}
+		}
+		return false
+	}, "a consumer span continuing the trace")
+	var db bool
+	for _, s := range rec.Ended() {
+		if strings.HasPrefix(s.Name(), "db.") && s.SpanContext().TraceID().String() == traceID {
+			db = true
+		}
+	}
+	if !db {
+		t.Fatal("no database span in the trace")
+	}
+}
+
+func TestHealthReadinessAndMetricsEndpoints(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	r := consumertest.Start(t, e.cluster.Bootstrap, e.url, probeService(long...), consumertest.Options{HTTP: true})
+	get := func(path string) (int, string) {
+		addr := r.Runtime.HTTPAddr()
+		if addr == "" {
+			return 0, ""
+		}
+		resp, err := http.Get("http://" + addr + path)
+		if err != nil {
+			return 0, err.Error()
+		}
+		defer resp.Body.Close()
+		var b bytes.Buffer
+		_, _ = b.ReadFrom(resp.Body)
+		return resp.StatusCode, b.String()
+	}
+	kafkatest.Eventually(t, 20*time.Second, func() bool { c, _ := get("/healthz"); return c == 200 }, "/healthz")
+	kafkatest.Eventually(t, 30*time.Second, func() bool { c, _ := get("/readyz"); return c == 200 }, "/readyz 200 once joined")
+	_, v := envelope(e.lead(), "")
+	e.produce(0, v)
+	e.waitCommitted(1)
+	_, body := get("/metrics")
+	for _, family := range []string{"pin_consumer_messages_total", "pin_consumer_message_duration_seconds", "pin_consumer_paused_partitions", "pin_consumer_in_flight_messages"} {
+		if !strings.Contains(body, family) {
+			t.Errorf("/metrics lacks %s", family)
+		}
+	}
+	if err := r.Runtime.Ready(context.Background()); err != nil {
+		t.Fatalf("Ready: %v", err)
+	}
+}
+
+func TestMainExitsTwoOnBadConfigurationBeforeTouchingKafka(t *testing.T) {
+	cases := map[string][]string{
+		"brokers missing":        {"DATABASE_URL=postgres://x/y"},
+		"database missing":       {"KAFKA_BOOTSTRAP_SERVERS=127.0.0.1:1"},
+		"scale zero":             {"KAFKA_BOOTSTRAP_SERVERS=127.0.0.1:1", "DATABASE_URL=postgres://x/y", "RETRY_TIME_SCALE=0"},
+		"scale not a number":     {"KAFKA_BOOTSTRAP_SERVERS=127.0.0.1:1", "DATABASE_URL=postgres://x/y", "RETRY_TIME_SCALE=fast"},
+		"log level":              {"KAFKA_BOOTSTRAP_SERVERS=127.0.0.1:1", "DATABASE_URL=postgres://x/y", "LOG_LEVEL=loud"},
+		"duration":               {"KAFKA_BOOTSTRAP_SERVERS=127.0.0.1:1", "DATABASE_URL=postgres://x/y", "CONSUMER_DRAIN_TIMEOUT=soon"},
+		"unknown kafka property": {"KAFKA_BOOTSTRAP_SERVERS=127.0.0.1:1", "DATABASE_URL=postgres://x/y", "KAFKA_NO_SUCH_PROPERTY=1"},
+	}
+	for name, environ := range cases {
+		t.Run(name, func(t *testing.T) {
+			var stderr bytes.Buffer
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			code := consumer.Main(ctx, environ, &stderr, "127.0.0.1:0", probeService(long...))
+			if code != consumer.ExitConfig {
+				t.Fatalf("exit %d, want 2; stderr: %s", code, stderr.String())
+			}
+			if lines := strings.Count(strings.TrimSpace(stderr.String()), "\n"); lines != 0 || !strings.Contains(stderr.String(), "configuration") {
+				t.Fatalf("want one line naming the variable, got %q", stderr.String())
+			}
+		})
+	}
+}
