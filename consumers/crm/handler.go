@@ -77,8 +77,8 @@ func (h *handler) handle(ctx context.Context, tx *ent.Tx, m *consumer.Message) (
 	return Attached, nil
 }
 
-// logFields adds the spec's log fields of the event, as they came (the
-// LeadId is added once resolved).
+// logFields adds the spec's log fields of the event as they came, a known
+// Action in the spec's spelling (the LeadId is added once resolved).
 func (p wirePayload) logFields(e *zerolog.Event) {
 	str := func(k string, v *string) {
 		if v != nil {
@@ -86,7 +86,13 @@ func (p wirePayload) logFields(e *zerolog.Event) {
 		}
 	}
 	str("SelectionId", p.SelectionID)
-	str("Action", p.Action)
+	if p.Action != nil {
+		if a, ok := ParseAction(*p.Action); ok {
+			e.Str("Action", string(a)) // the spec's spelling
+		} else {
+			e.Str("Action", *p.Action)
+		}
+	}
 	str("AgentUserId", p.AgentUserID)
 	str("InvestorUserId", p.InvestorUserID)
 }
