@@ -1,0 +1,495 @@
+package messenger
+
+import (
+	"bytes"
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"io"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/confluentinc/confluent-kafka-go/v2/kafka"
+	"github.com/google/uuid"
+	"github.com/lib/pq"
+	"github.com/rs/zerolog"
+
+	"github.com/pin-platform/consumers/consumers/consumer"
+	"github.com/pin-platform/consumers/consumers/consumer/consumertest"
+	"github.com/pin-platform/consumers/consumers/kafkatest"
+	"github.com/pin-platform/consumers/ent"
+	"github.com/pin-platform/consumers/migrate/pgtest"
+)
+
+// wait is how long a test waits for something the consumer does.
+const wait = 20 * time.Second
+
+// env is one end-to-end set-up: a mock cluster with the contract's topics
+// (3 partitions each), a fresh migrated database and the consumer running
+// against both.
+type env struct {
+	t      *testing.T
+	kc     *kafkatest.Cluster
+	url    string
+	db     *sql.DB
+	client *ent.Client
+	run    *consumertest.Running
+	logs   *logBuffer
+}
+
+func newEnv(t *testing.T, o consumertest.Options) *env {
+	t.Helper()
+	e := &env{t: t, logs: &logBuffer{}}
+	e.kc = kafkatest.NewCluster(t, map[string]int{Topic: 3, DLQTopic: 3})
+	e.client, e.db, e.url = pgtest.NewClient(t)
+	var w io.Writer = e.logs
+	if testing.Verbose() {
+		w = io.MultiWriter(e.logs, zerolog.ConsoleWriter{Out: os.Stderr, NoColor: true})
+	}
+	lg := zerolog.New(w).Level(zerolog.DebugLevel).With().Timestamp().Str("test", t.Name()).Logger()
+	o.Logger = &lg
+	e.run = consumertest.Start(t, e.kc.Bootstrap, e.url, New, o)
+	return e
+}
+
+// provision creates the lead's chat as the provisioning consumer would.
+func (e *env) provision(lead uuid.UUID) uuid.UUID {
+	e.t.Helper()
+	id := uuid.New()
+	if _, err := e.db.Exec(`INSERT INTO chats (id, kind, lead_id) VALUES ($1, 'Lead', $2)`, id, lead); err != nil {
+		e.t.Fatalf("provision chat: %v", err)
+	}
+	return id
+}
+
+// ev is a lead-participants-changed event as CRM publishes it.
+type ev struct {
+	ID        uuid.UUID
+	Lead      uuid.UUID
+	Version   int64
+	Active    []member
+	Delta     []change
+	ChangedAt time.Time
+	Partition int32 // -1 (by key) unless set with on()
+}
+
+type change struct {
+	User         uuid.UUID
+	Type, Role   string
+	PreviousRole string
+}
+
+func newEv(lead uuid.UUID, version int64, active ...member) ev {
+	return ev{
+		ID: uuid.New(), Lead: lead, Version: version, Active: active, Partition: -1,
+		ChangedAt: time.Date(2026, 11, 30, 10, 0, 0, 0, time.UTC).Add(time.Duration(version) * time.Minute),
+	}
+}
+
+func (x ev) with(delta ...change) ev { x.Delta = delta; return x }
+func (x ev) on(partition int32) ev   { x.Partition = partition; return x }
+
+func (x ev) payload() map[string]any {
+	active := make([]map[string]any, len(x.Active))
+	for i, a := range x.Active {
+		active[i] = map[string]any{"UserId": a.UserID, "Role": a.Role}
+	}
+	delta := make([]map[string]any, len(x.Delta))
+	for i, d := range x.Delta {
+		delta[i] = map[string]any{"UserId": d.User, "ChangeType": d.Type, "Role": d.Role}
+		if d.PreviousRole != "" {
+			delta[i]["PreviousRole"] = d.PreviousRole
+		}
+	}
+	return map[string]any{
+		"LeadId":             x.Lead,
+		"TenantId":           tenant,
+		"ChangedByUserId":    x.Lead, // any id: ignored
+		"ActiveParticipants": active,
+		"Participants":       delta,
+		"Version":            x.Version,
+		"ChangedAt":          x.ChangedAt.Format(time.RFC3339Nano),
+	}
+}
+
+// envelope is a message value: the CONTRACT.md §4 envelope around payload
+// p. It is a function of its arguments (CreatedAt is fixed), so that a
+// test can rebuild what it sent.
+func envelope(id, lead uuid.UUID, p any) []byte {
+	b, err := json.Marshal(map[string]any{
+		"MessageId":       id,
+		"EventType":       EventType,
+		"ContractVersion": 1,
+		"CreatedAt":       "2026-11-30T10:00:00Z",
+		"AggregateId":     lead,
+		"AggregateType":   "Lead",
+		"Payload":         p,
+	})
+	if err != nil {
+		panic(err)
+	}
+	return b
+}
+
+func (x ev) value() []byte { return envelope(x.ID, x.Lead, x.payload()) }
+
+func (x ev) message() kafkatest.Message {
+	return kafkatest.Message{Partition: x.Partition, Key: []byte(x.Lead.String()), Value: x.value()}
+}
+
+// produce publishes events in order and returns where they landed.
+func (e *env) produce(xs ...ev) []kafka.TopicPartition {
+	e.t.Helper()
+	ms := make([]kafkatest.Message, len(xs))
+	for i, x := range xs {
+		ms[i] = x.message()
+	}
+	return e.kc.Produce(e.t, Topic, ms...)
+}
+
+// outcome returns the outcome stored in the message's idempotency mark, or
+// "" when it has none.
+func (e *env) outcome(id uuid.UUID) string {
+	e.t.Helper()
+	var out string
+	err := e.db.QueryRow(`SELECT outcome FROM processed_messages WHERE idempotency_key = $1`, KeyPrefix+id.String()).Scan(&out)
+	if errors.Is(err, sql.ErrNoRows) {
+		return ""
+	}
+	if err != nil {
+		e.t.Fatalf("read mark: %v", err)
+	}
+	return out
+}
+
+// awaitOutcome waits for the message's idempotency mark and checks its
+// outcome.
+func (e *env) awaitOutcome(id uuid.UUID, want consumer.Outcome) {
+	e.t.Helper()
+	var got string
+	kafkatest.Eventually(e.t, wait, func() bool { got = e.outcome(id); return got != "" },
+		"no idempotency mark for message %s", id)
+	if got != string(want) {
+		e.t.Fatalf("message %s: outcome %q, want %q", id, got, want)
+	}
+}
+
+// awaitCommitted waits until the group's committed offsets are past every
+// given position.
+func (e *env) awaitCommitted(tps ...kafka.TopicPartition) {
+	e.t.Helper()
+	want := map[int32]int64{}
+	for _, tp := range tps {
+		want[tp.Partition] = max(want[tp.Partition], int64(tp.Offset)+1)
+	}
+	var got map[int32]int64
+	kafkatest.Eventually(e.t, wait, func() bool {
+		got = e.kc.Committed(e.t, Group, Topic)
+		for p, o := range want {
+			if got[p] < o {
+				return false
+			}
+		}
+		return true
+	}, "committed offsets %v never reached %v", got, want)
+}
+
+// awaitDLQ waits for n dead letters and returns them.
+func (e *env) awaitDLQ(n int) []*kafka.Message {
+	e.t.Helper()
+	var ms []*kafka.Message
+	kafkatest.Eventually(e.t, wait, func() bool { return e.kc.Count(e.t, DLQTopic) >= n }, "fewer than %d dead letters", n)
+	ms = e.kc.ReadAll(e.t, DLQTopic, n, wait)
+	if len(ms) != n {
+		e.t.Fatalf("read %d dead letters, want %d", len(ms), n)
+	}
+	return ms
+}
+
+// checkDeadLetter checks a dead letter against its source message and the
+// DLQ headers of CONTRACT.md §5.
+func checkDeadLetter(t *testing.T, dl *kafka.Message, src kafka.TopicPartition, key, value []byte, code string, attempts string) {
+	t.Helper()
+	if !bytes.Equal(dl.Key, key) || !bytes.Equal(dl.Value, value) {
+		t.Errorf("dead letter key/value differ from the original")
+	}
+	if dl.TopicPartition.Partition != src.Partition {
+		t.Errorf("dead letter on DLQ partition %d, source partition %d", dl.TopicPartition.Partition, src.Partition)
+	}
+	want := map[string]string{
+		consumer.HeaderErrorCode:         code,
+		consumer.HeaderSourceTopic:       Topic,
+		consumer.HeaderOriginalPartition: itoa(int64(src.Partition)),
+		consumer.HeaderOriginalOffset:    itoa(int64(src.Offset)),
+		consumer.HeaderConsumerGroup:     Group,
+		consumer.HeaderAttempts:          attempts,
+	}
+	for k, v := range want {
+		if got := kafkatest.Header(dl, k); got != v {
+			t.Errorf("header %s = %q, want %q", k, got, v)
+		}
+	}
+	if kafkatest.Header(dl, consumer.HeaderReason) == "" {
+		t.Errorf("header %s is empty", consumer.HeaderReason)
+	}
+	if _, err := time.Parse(time.RFC3339, kafkatest.Header(dl, consumer.HeaderDLQAt)); err != nil {
+		t.Errorf("header %s: %v", consumer.HeaderDLQAt, err)
+	}
+}
+
+func itoa(n int64) string { return strconv.FormatInt(n, 10) }
+
+func must[T any](v T, err error) T {
+	if err != nil {
+		panic(err)
+	}
+	return v
+}
+
+// chatState is what the database holds about a chat.
+type chatState struct {
+	LeadMemberVersion sql.NullInt64
+	RowVersion        int64
+}
+
+func (e *env) chat(id uuid.UUID) chatState {
+	e.t.Helper()
+	return chatOf(e.t, e.db, id)
+}
+
+func chatOf(t testing.TB, db *sql.DB, id uuid.UUID) chatState {
+	t.Helper()
+	var s chatState
+	if err := db.QueryRow(`SELECT lead_member_version, row_version FROM chats WHERE id = $1`, id).
+		Scan(&s.LeadMemberVersion, &s.RowVersion); err != nil {
+		t.Fatalf("read chat: %v", err)
+	}
+	return s
+}
+
+// participant is a chat_participants row.
+type participant struct {
+	UserID  uuid.UUID
+	Role    string
+	Removed bool
+}
+
+func (e *env) participants(chatID uuid.UUID) []participant { return participantsOf(e.t, e.db, chatID) }
+
+func participantsOf(t testing.TB, db *sql.DB, chatID uuid.UUID) []participant {
+	t.Helper()
+	rows, err := db.Query(`SELECT user_id, role, removed_at IS NOT NULL FROM chat_participants WHERE chat_id = $1 ORDER BY user_id`, chatID)
+	if err != nil {
+		t.Fatalf("read participants: %v", err)
+	}
+	defer rows.Close()
+	var out []participant
+	for rows.Next() {
+		var p participant
+		if err := rows.Scan(&p.UserID, &p.Role, &p.Removed); err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, p)
+	}
+	return out
+}
+
+// active returns the chat's active members, sorted by user id.
+func (e *env) active(chatID uuid.UUID) []member { return activeOf(e.t, e.db, chatID) }
+
+func activeOf(t testing.TB, db *sql.DB, chatID uuid.UUID) []member {
+	t.Helper()
+	var out []member
+	for _, p := range participantsOf(t, db, chatID) {
+		if !p.Removed {
+			out = append(out, member{UserID: p.UserID, Role: p.Role})
+		}
+	}
+	sortMembers(out)
+	return out
+}
+
+// checkActive fails unless the chat's active members are exactly want.
+func checkActive(t testing.TB, db *sql.DB, chatID uuid.UUID, want ...member) {
+	t.Helper()
+	want = slices.Clone(want)
+	sortMembers(want)
+	if got := activeOf(t, db, chatID); !slices.Equal(got, want) {
+		t.Fatalf("active members %v, want %v", got, want)
+	}
+}
+
+// chatEvent is a chat_events row.
+type chatEvent struct {
+	Type            string
+	UserID          uuid.UUID
+	Role            string
+	PreviousRole    sql.NullString
+	OccurredAt      time.Time
+	SourceMessageID uuid.UUID
+}
+
+func (e *env) events(chatID uuid.UUID) []chatEvent { return eventsOf(e.t, e.db, chatID) }
+
+func eventsOf(t testing.TB, db *sql.DB, chatID uuid.UUID) []chatEvent {
+	t.Helper()
+	rows, err := db.Query(`SELECT type, user_id, role, previous_role, occurred_at, source_message_id
+		FROM chat_events WHERE chat_id = $1 ORDER BY created_at, id`, chatID)
+	if err != nil {
+		t.Fatalf("read chat_events: %v", err)
+	}
+	defer rows.Close()
+	var out []chatEvent
+	for rows.Next() {
+		var x chatEvent
+		if err := rows.Scan(&x.Type, &x.UserID, &x.Role, &x.PreviousRole, &x.OccurredAt, &x.SourceMessageID); err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, x)
+	}
+	return out
+}
+
+// eventsOfMessage returns the facts a message wrote.
+func (e *env) eventsOfMessage(chatID, msgID uuid.UUID) []chatEvent {
+	var out []chatEvent
+	for _, x := range e.events(chatID) {
+		if x.SourceMessageID == msgID {
+			out = append(out, x)
+		}
+	}
+	return out
+}
+
+// push is a chat_updates row.
+type push struct {
+	ID         uuid.UUID
+	Recipients []uuid.UUID
+	Revoked    []uuid.UUID
+	Pushed     bool
+}
+
+func (e *env) pushes(chatID uuid.UUID) []push { return pushesOf(e.t, e.db, chatID) }
+
+func pushesOf(t testing.TB, db *sql.DB, chatID uuid.UUID) []push {
+	t.Helper()
+	rows, err := db.Query(`SELECT id, recipient_user_ids, revoked_user_ids, pushed_at IS NOT NULL
+		FROM chat_updates WHERE chat_id = $1 ORDER BY created_at, id`, chatID)
+	if err != nil {
+		t.Fatalf("read chat_updates: %v", err)
+	}
+	defer rows.Close()
+	var out []push
+	for rows.Next() {
+		var p push
+		var rec, rev pq.StringArray
+		if err := rows.Scan(&p.ID, &rec, &rev, &p.Pushed); err != nil {
+			t.Fatal(err)
+		}
+		p.Recipients, p.Revoked = parseIDs(t, rec), parseIDs(t, rev)
+		out = append(out, p)
+	}
+	return out
+}
+
+func parseIDs(t testing.TB, s []string) []uuid.UUID {
+	out := make([]uuid.UUID, len(s))
+	for i, v := range s {
+		out[i] = uuid.MustParse(v)
+	}
+	slices.SortFunc(out, func(a, b uuid.UUID) int { return bytes.Compare(a[:], b[:]) })
+	return out
+}
+
+func ids(us ...uuid.UUID) []uuid.UUID {
+	out := slices.Clone(us)
+	slices.SortFunc(out, func(a, b uuid.UUID) int { return bytes.Compare(a[:], b[:]) })
+	if out == nil {
+		out = []uuid.UUID{}
+	}
+	return out
+}
+
+func sameIDs(a, b []uuid.UUID) bool { return slices.Equal(ids(a...), ids(b...)) }
+
+func (e *env) count(query string, args ...any) int {
+	e.t.Helper()
+	var n int
+	if err := e.db.QueryRow(query, args...).Scan(&n); err != nil {
+		e.t.Fatalf("%s: %v", query, err)
+	}
+	return n
+}
+
+// metric reads a counter of the running consumer.
+func (e *env) metric(name string, labels map[string]string) float64 {
+	return e.run.Counter(name, labels)
+}
+
+// logBuffer collects the consumer's JSON log lines.
+type logBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *logBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+// find returns the log lines with message msg (a prefix) whose fields
+// include every field of want.
+func (b *logBuffer) find(msg string, want map[string]any) []map[string]any {
+	b.mu.Lock()
+	data := slices.Clone(b.buf.Bytes())
+	b.mu.Unlock()
+	var out []map[string]any
+	for _, line := range bytes.Split(data, []byte("\n")) {
+		var m map[string]any
+		if json.Unmarshal(line, &m) != nil {
+			continue
+		}
+		if s, _ := m["message"].(string); !strings.HasPrefix(s, msg) {
+			continue
+		}
+		ok := true
+		for k, v := range want {
+			if m[k] != v {
+				ok = false
+				break
+			}
+		}
+		if ok {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+// applyDirect runs the handler on x in its own transaction, as the runtime
+// does (without the idempotency mark), and commits when it succeeds.
+func applyDirect(ctx context.Context, client *ent.Client, h *handler, x ev) (consumer.Outcome, error) {
+	tx, err := client.Tx(ctx)
+	if err != nil {
+		return "", err
+	}
+	m := &consumer.Message{Envelope: consumer.Envelope{
+		MessageID: x.ID, EventType: EventType, ContractVersion: 1, Payload: must(json.Marshal(x.payload())),
+	}, Topic: Topic}
+	out, err := h.handle(ctx, tx, m)
+	if err != nil {
+		_ = tx.Rollback()
+		return "", err
+	}
+	return out, tx.Commit()
+}
+
+// tenant is the TenantId of every test event (the consumer ignores it).
+var tenant = uuid.MustParse("7e57e57e-0000-4000-8000-000000000001")
