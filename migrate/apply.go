@@ -77,7 +77,7 @@ func Apply(ctx context.Context, url string, dir atlasmigrate.Dir, opts ...Option
 		return nil, err
 	}
 	defer c.Close()
-	unlock, err := c.Driver.Lock(ctx, applyLock, o.lockTimeout)
+	unlock, err := c.Lock(ctx, applyLock, o.lockTimeout)
 	if err != nil {
 		if errors.Is(err, schema.ErrLocked) {
 			return nil, fmt.Errorf("another migration apply holds the lock on %s (waited %s)", Redact(url), o.lockTimeout)

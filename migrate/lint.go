@@ -185,12 +185,16 @@ type loader struct {
 }
 
 func (l *loader) load(ctx context.Context, base, files []atlasmigrate.File) (_ []*sqlcheck.File, err error) {
-	unlock, err := l.dev.Driver.Lock(ctx, "atlas_lint", 30*time.Second) // the CLI's lock name
+	unlock, err := l.dev.Lock(ctx, "atlas_lint", 30*time.Second) // the CLI's lock name
 	if err != nil {
 		return nil, fmt.Errorf("dev database: take the lint lock: %w", err)
 	}
-	defer unlock()
-	restore, err := l.dev.Driver.Snapshot(ctx)
+	defer func() {
+		if uerr := unlock(); uerr != nil {
+			err = errors.Join(err, fmt.Errorf("dev database: release the lint lock: %w", uerr))
+		}
+	}()
+	restore, err := l.dev.Snapshot(ctx)
 	var nc *atlasmigrate.NotCleanError
 	if errors.As(err, &nc) {
 		return nil, fmt.Errorf("dev database %s is not empty (%s): lint replays migrations on an empty database", Redact(l.dev.URL.String()), nc.Reason)

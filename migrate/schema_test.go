@@ -243,7 +243,7 @@ func TestConstraints(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			defer tx.Rollback()
+			defer func() { _ = tx.Rollback() }()
 			for i, stmt := range tt.stmts {
 				_, err := tx.Exec(stmt)
 				last := i == len(tt.stmts)-1

@@ -197,7 +197,10 @@ func (s *server) template() (string, error) {
 	if _, err := conn.ExecContext(ctx, "SELECT pg_advisory_lock($1)", templateLock); err != nil {
 		return "", err
 	}
-	defer conn.ExecContext(context.Background(), "SELECT pg_advisory_unlock($1)", templateLock)
+	defer func() {
+		// Best effort: the lock also ends with the session.
+		_, _ = conn.ExecContext(context.Background(), "SELECT pg_advisory_unlock($1)", templateLock)
+	}()
 
 	// A template that no longer accepts connections is complete; one that
 	// does is the leftover of a build that died half-way.
