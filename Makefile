@@ -1,0 +1,78 @@
+# PIN event consumers. `make run` and `make test` are all a newcomer needs;
+# see README.md.
+
+GO        ?= go
+BIN       := bin
+SERVICES  := messenger-consumers rewards-consumers crm-consumers
+GOLANGCI  := $(GO) tool -modfile=tools/go.mod golangci-lint
+# Tests mostly wait on the broker and the database: run more of them than
+# there are cores.
+TESTFLAGS ?= -count=1 -parallel 8 -timeout 20m
+
+.PHONY: all build run test generate generate-check migrate-diff migrate-lint migrate-plan lint bench clean clean-data
+
+all: build
+
+build:
+	$(GO) build -o $(BIN)/ ./cmd/...
+
+## run: the whole system on an embedded default (local PostgreSQL under .data/,
+## in-process Kafka-protocol broker), a demo scenario, and what happened.
+run: build
+	$(BIN)/pinctl dev $(ARGS)
+
+## test: every test. One PostgreSQL serves the whole run: the one at
+## DATABASE_URL when set, else a throwaway server pinctl starts and stops.
+test: build
+ifdef DATABASE_URL
+	$(GO) test $(TESTFLAGS) ./...
+else
+	$(BIN)/pinctl pg exec -- $(GO) test $(TESTFLAGS) ./...
+endif
+
+## generate: the ent client from schema/.
+generate:
+	$(GO) generate ./...
+
+## generate-check: regenerating ent and re-diffing the migrations must not
+## change the tree (CI).
+generate-check: build
+	$(GO) generate ./...
+	$(BIN)/pinctl migrate diff generate_check
+	@if [ -n "$$(git status --porcelain -- ent schema migrate)" ]; then \
+		echo "generate-check: the generated code or the migrations are out of date:"; \
+		git status --porcelain -- ent schema migrate; \
+		echo "run 'make generate' and 'make migrate-diff NAME=…', review, commit"; \
+		exit 1; \
+	fi
+	@echo "generate-check: ent/ and migrate/migrations are up to date"
+
+## migrate-diff NAME=add_x: a new migration file from the ent schema.
+migrate-diff: build
+	@test -n "$(NAME)" || { echo "usage: make migrate-diff NAME=short_description"; exit 2; }
+	$(BIN)/pinctl migrate diff $(NAME)
+
+## migrate-lint: lint the newest migration file(s) (LATEST=N).
+migrate-lint: build
+	$(BIN)/pinctl migrate lint --latest $(or $(LATEST),1)
+
+## migrate-plan URL=postgres://…: what `pinctl migrate apply` would run there.
+migrate-plan: build
+	$(BIN)/pinctl migrate plan --url "$(URL)"
+
+lint:
+	@out=$$(git ls-files '*.go' | grep -v '^ent/' | xargs gofmt -l); \
+		if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
+	$(GO) vet ./...
+	$(GOLANGCI) run ./...
+
+bench: build
+	$(BIN)/pinctl bench $(ARGS)
+
+clean:
+	rm -rf $(BIN)
+
+## clean-data: remove the embedded PostgreSQL of `make run`.
+clean-data:
+	@if [ -f .data/postgres/postmaster.pid ]; then $(BIN)/pinctl dev --stop-db || true; fi
+	rm -rf .data
