@@ -91,7 +91,12 @@ func Start(ctx context.Context, dir string, opts Options) (*Server, error) {
 			return nil, err
 		}
 	}
-	if err := os.MkdirAll(dir, 0o700); err != nil {
+	// The parents must be reachable by the server's user; the data
+	// directory itself is private to it.
+	if err := os.MkdirAll(filepath.Dir(dir), 0o755); err != nil {
+		return nil, fmt.Errorf("localpg: %w", err)
+	}
+	if err := os.Mkdir(dir, 0o700); err != nil && !errors.Is(err, os.ErrExist) {
 		return nil, fmt.Errorf("localpg: %w", err)
 	}
 	if s.cred != nil {

@@ -1,0 +1,154 @@
+// Package demo produces what PIN's producers would: envelopes of the three
+// topics (CONTRACT.md §4), the scripted scenario of `make run` with the
+// outcome it must reach, and realistic load for `pinctl dev --events` and
+// the benchmark.
+package demo
+
+import (
+	"encoding/json"
+	"time"
+
+	"github.com/google/uuid"
+)
+
+// Topics, groups and DLQs of CONTRACT.md §3.
+const (
+	MessengerTopic = "pin.crm.lead-participants-changed.v1"
+	MessengerDLQ   = "pin.messenger.lead-participants-changed-dlq.v1"
+	MessengerGroup = "messenger-lead-participants-changed"
+	RewardsTopic   = "pin.referral.bonds.v1"
+	RewardsDLQ     = "pin.rewards.referral-bonds-dlq.v1"
+	RewardsGroup   = "pin-rewards-referral-bonds"
+	CRMTopic       = "pin.selections.selection-shared.v1"
+	CRMDLQ         = "pin.crm.selections-dlq.v1"
+	CRMGroup       = "crm-selections"
+)
+
+// Topic is a source topic with its DLQ, group and partition count.
+type Topic struct {
+	Service    string
+	Name       string
+	DLQ        string
+	Group      string
+	Partitions int
+}
+
+// Topics lists the three services' topics.
+var Topics = []Topic{
+	{"messenger", MessengerTopic, MessengerDLQ, MessengerGroup, 3},
+	{"rewards", RewardsTopic, RewardsDLQ, RewardsGroup, 6},
+	{"crm", CRMTopic, CRMDLQ, CRMGroup, 6},
+}
+
+// Event is one message to produce.
+type Event struct {
+	Topic     string
+	Key       []byte
+	Value     []byte
+	MessageID uuid.UUID
+	Note      string // what it demonstrates
+}
+
+// envelope builds the JSON envelope of CONTRACT.md §4.
+func envelope(id uuid.UUID, eventType, aggregateType string, aggregateID uuid.UUID, at time.Time, payload any) []byte {
+	b, err := json.Marshal(map[string]any{
+		"MessageId":       id,
+		"EventType":       eventType,
+		"ContractVersion": 1,
+		"CreatedAt":       at.UTC().Format(time.RFC3339Nano),
+		"AggregateId":     aggregateID,
+		"AggregateType":   aggregateType,
+		"Payload":         payload,
+	})
+	if err != nil {
+		panic(err) // maps of plain values always marshal
+	}
+	return b
+}
+
+// BondCreated is a pin.referral.bond-created event.
+func BondCreated(bond, referred, referrer uuid.UUID, version int64, at time.Time) Event {
+	id := uuid.New()
+	return Event{
+		Topic: RewardsTopic, Key: []byte(referred.String()), MessageID: id,
+		Value: envelope(id, "pin.referral.bond-created", "ReferralBond", bond, at, map[string]any{
+			"BondId": bond, "ReferredUserId": referred, "ReferrerUserId": referrer,
+			"BoundAt": at.UTC().Format(time.RFC3339), "Version": version,
+			"Channel": "Link", "ReferralLinkId": uuid.New(),
+		}),
+	}
+}
+
+// BondClosed is a pin.referral.bond-closed event.
+func BondClosed(bond, referred uuid.UUID, status string, version int64, at time.Time) Event {
+	id := uuid.New()
+	return Event{
+		Topic: RewardsTopic, Key: []byte(referred.String()), MessageID: id,
+		Value: envelope(id, "pin.referral.bond-closed", "ReferralBond", bond, at, map[string]any{
+			"BondId": bond, "ReferredUserId": referred, "Status": status, "Version": version,
+		}),
+	}
+}
+
+// Participant is a lead participant: a user and a role.
+type Participant struct {
+	UserID uuid.UUID
+	Role   string
+}
+
+// Change is one entry of the participants delta.
+type Change struct {
+	UserID       uuid.UUID
+	ChangeType   string
+	Role         string
+	PreviousRole string
+}
+
+// LeadParticipantsChanged is a pin.crm.lead-participants-changed event.
+func LeadParticipantsChanged(lead uuid.UUID, version int64, active []Participant, delta []Change, at time.Time) Event {
+	id := uuid.New()
+	act := make([]map[string]any, len(active))
+	for i, p := range active {
+		act[i] = map[string]any{"UserId": p.UserID, "Role": p.Role}
+	}
+	del := make([]map[string]any, len(delta))
+	for i, c := range delta {
+		m := map[string]any{"UserId": c.UserID, "ChangeType": c.ChangeType, "Role": c.Role}
+		if c.PreviousRole != "" {
+			m["PreviousRole"] = c.PreviousRole
+		}
+		del[i] = m
+	}
+	return Event{
+		Topic: MessengerTopic, Key: []byte(lead.String()), MessageID: id,
+		Value: envelope(id, "pin.crm.lead-participants-changed", "Lead", lead, at, map[string]any{
+			"LeadId": lead, "ActiveParticipants": act, "Participants": del, "Version": version,
+			"ChangedAt": at.UTC().Format(time.RFC3339Nano),
+		}),
+	}
+}
+
+// SelectionShared is a pin.selections.selection-shared event.
+func SelectionShared(selection, agent, investor uuid.UUID, action, title string, objects int, at time.Time) Event {
+	id := uuid.New()
+	return Event{
+		Topic: CRMTopic, Key: []byte(selection.String()), MessageID: id,
+		Value: envelope(id, "pin.selections.selection-shared", "Selection", selection, at, map[string]any{
+			"SelectionId": selection, "SelectionTitle": title, "PropertyObjectsCount": objects,
+			"Action": action, "AgentUserId": agent, "InvestorUserId": investor,
+			"OccurredAt": at.UTC().Format(time.RFC3339Nano),
+		}),
+	}
+}
+
+// Again is the same message delivered a second time (same MessageId).
+func (e Event) Again(note string) Event {
+	e.Note = note
+	return e
+}
+
+// With sets the event's note.
+func (e Event) With(note string) Event {
+	e.Note = note
+	return e
+}
