@@ -433,10 +433,9 @@ func TestAC10_ChatNotProvisionedIsRetriedThenAppliedOrDeadLettered(t *testing.T)
 		tps := e.produce(w1, w2, o1)
 
 		// The other lead's event, behind the waiting ones on partition 0,
-		// is applied and the partition's offset moves past all three.
+		// is applied while they wait (the schedule gives them 3 s).
 		e.awaitOutcome(o1.ID, Synced)
 		checkActive(t, e.db, otherChat, member{b, RoleExecutor})
-		e.awaitCommitted(tps...)
 		for _, x := range []ev{w1, w2} {
 			if got := e.outcome(x.ID); got != "" {
 				t.Fatalf("message %s of the unprovisioned lead has outcome %q already", x.ID, got)
@@ -465,6 +464,8 @@ func TestAC10_ChatNotProvisionedIsRetriedThenAppliedOrDeadLettered(t *testing.T)
 		if n := e.count(`SELECT count(*) FROM parked_messages WHERE message_id IN ($1, $2)`, w1.ID, w2.ID); n != 0 {
 			t.Fatalf("%d parked rows left", n)
 		}
+		// The partition's offset moved past all three.
+		e.awaitCommitted(tps...)
 	})
 
 	t.Run("dead-lettered after the first attempt and 10 retries when it never appears", func(t *testing.T) {
