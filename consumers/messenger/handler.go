@@ -137,7 +137,9 @@ func (h *handler) apply(ctx context.Context, tx *ent.Tx, chatID, messageID uuid.
 	now := time.Now()
 
 	// Add: reactivate the member's row when there is one (INV-PART-1: one
-	// row per chat and user, soft-removed and brought back), else insert.
+	// row per chat and user, soft-removed and brought back; joined_at then
+	// marks the current membership's start, the feed keeps the earlier
+	// ones), else insert.
 	var inserts []*ent.ChatParticipantCreate
 	for _, a := range d.Add {
 		if r, ok := byUser[a.UserID]; ok {
