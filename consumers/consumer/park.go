@@ -49,7 +49,7 @@ func (w *worker) park(it *item, code Code, cause error) bool {
 	r.m.parked.WithLabelValues(code.Name).Inc()
 	r.m.retry(RetryLater, code.Name)
 	it.outcome = Parked
-	it.st = nil
+	it.dropHooks() // the attempt rolled back: keep its log fields, not its hooks
 	r.logFor(it).Info().Str("code", code.Name).Str("reason", cause.Error()).Time("next_attempt_at", next).
 		Int("attempts", it.attempts).Msg("retry-later")
 	r.finish(it, nil)
@@ -218,7 +218,7 @@ func (r *Runtime) redriveOne(ctx context.Context) (bool, error) {
 		}
 		r.m.deadLettered(code.Name)
 		it.outcome = DeadLettered
-		it.st = nil
+		it.dropHooks() // the attempt rolled back: keep its log fields, not its hooks
 		if _, ok := CodeOf(err); !ok {
 			err = code.Wrap(err)
 		}

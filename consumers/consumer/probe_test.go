@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/url"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -37,6 +38,9 @@ var (
 	probeConflict = consumer.Code{Name: "PROBE_CONFLICT", Class: consumer.RetryNow}
 )
 
+// conflictRuns counts the handler's runs of "conflict" messages.
+var conflictRuns atomic.Int64
+
 type probePayload struct {
 	LeadID uuid.UUID `json:"LeadId"`
 	Mode   string    // "", "invalid", "conflict", "panic"
@@ -63,6 +67,7 @@ func probeService(schedule ...time.Duration) func(prometheus.Registerer) consume
 					case "invalid":
 						return "", m.Invalid("Mode invalid asked for")
 					case "conflict":
+						conflictRuns.Add(1)
 						return "", probeConflict.Errorf("row version moved")
 					case "panic":
 						panic("probe panics")

@@ -32,6 +32,13 @@ type item struct {
 	attempts  int
 }
 
+// dropHooks forgets the after-commit hooks of a rolled-back attempt.
+func (it *item) dropHooks() {
+	if it.st != nil {
+		it.st.afterCommit = nil
+	}
+}
+
 // prepare decodes a message and starts its span, continuing the W3C trace
 // context of its headers.
 func (r *Runtime) prepare(km *kafka.Message) *item {
@@ -63,6 +70,7 @@ func (r *Runtime) prepare(km *kafka.Message) *item {
 		attribute.String("messaging.message.id", env.MessageID.String()),
 		attribute.String("pin.event_type", env.EventType))
 	it.route, it.routed = r.svc.route(env.EventType)
+	r.logFor(it).Debug().Msg("consumed")
 	if it.routed {
 		it.key = it.route.KeyPrefix + env.MessageID.String()
 	}
@@ -101,29 +109,57 @@ func (w *worker) handle(batch []*kafka.Message) bool {
 		for j < len(items) && items[j].routed {
 			j++
 		}
-		if j-i > 1 && w.processBatch(items[i:j]) {
-			i = j
-			continue
+		ok := true
+		if j == i { // a message that cannot be routed: on its own
+			j = i + 1
+			ok = w.processOne(items[i], nil)
+		} else {
+			ok = w.runRouted(items[i:j])
 		}
-		if j == i {
-			j = i + 1 // a message that cannot be routed: on its own
-		}
-		for _, it := range items[i:j] {
-			if !w.processOne(it) {
-				for _, rest := range items[i:] {
-					rest.span.End()
-				}
-				return false
+		if !ok {
+			for _, rest := range items[i:] {
+				rest.span.End()
 			}
+			return false
 		}
 		i = j
 	}
 	return true
 }
 
-// processBatch runs several messages in one transaction. It reports false,
-// with everything rolled back, when any of them failed.
-func (w *worker) processBatch(items []*item) bool {
+// runRouted processes routable messages, several per transaction. When a
+// handler fails, the transaction is rolled back; the messages before it are
+// run again (they did not fail), the failing one continues on its own with
+// that failure as its first attempt, and the rest go on as a new batch.
+func (w *worker) runRouted(items []*item) bool {
+	for len(items) > 0 {
+		if len(items) == 1 {
+			return w.processOne(items[0], nil)
+		}
+		ok, k, err := w.processBatch(items)
+		if ok {
+			return true
+		}
+		if k < 0 { // not one handler's failure (marks, commit): one at a time
+			for _, it := range items {
+				if !w.processOne(it, nil) {
+					return false
+				}
+			}
+			return true
+		}
+		if !w.runRouted(items[:k]) || !w.processOne(items[k], err) {
+			return false
+		}
+		items = items[k+1:]
+	}
+	return true
+}
+
+// processBatch runs several messages in one transaction. When it reports
+// false everything was rolled back; failed is the index of the message
+// whose handler returned err, or -1 when the failure was not a handler's.
+func (w *worker) processBatch(items []*item) (ok bool, failed int, err error) {
 	r := w.r
 	ctx, span := r.tracer.Start(w.ctx, "db.batch", trace.WithAttributes(attribute.Int("pin.batch_size", len(items))))
 	defer span.End()
@@ -132,7 +168,7 @@ func (w *worker) processBatch(items []*item) bool {
 	}
 	tx, err := r.client.Tx(ctx)
 	if err != nil {
-		return false
+		return false, -1, nil
 	}
 	keys := make([]string, len(items))
 	for i, it := range items {
@@ -141,10 +177,10 @@ func (w *worker) processBatch(items []*item) bool {
 	seen, err := seenKeys(ctx, tx, keys)
 	if err != nil {
 		_ = tx.Rollback()
-		return false
+		return false, -1, nil
 	}
 	var marks []mark
-	for _, it := range items {
+	for i, it := range items {
 		if seen[it.key] {
 			it.outcome = SkippedDuplicate
 			continue
@@ -153,7 +189,7 @@ func (w *worker) processBatch(items []*item) bool {
 		out, err := r.call(ctx, tx, it)
 		if err != nil {
 			_ = tx.Rollback()
-			return false
+			return false, i, err
 		}
 		it.outcome = out
 		marks = append(marks, mark{it.key, it.msg.Partition, it.msg.Offset, out})
@@ -162,11 +198,11 @@ func (w *worker) processBatch(items []*item) bool {
 		n, err := insertMarks(ctx, tx, r.svc.Group, r.svc.Topic, marks)
 		if err != nil || n != int64(len(marks)) {
 			_ = tx.Rollback()
-			return false
+			return false, -1, nil
 		}
 	}
 	if err := tx.Commit(); err != nil {
-		return false
+		return false, -1, nil
 	}
 	r.m.batchSize.Observe(float64(len(items)))
 	for _, it := range items {
@@ -174,7 +210,7 @@ func (w *worker) processBatch(items []*item) bool {
 		w.finish(it, nil)
 	}
 	w.ack(items[len(items)-1].km.TopicPartition.Offset)
-	return true
+	return true, -1, nil
 }
 
 // call runs the route's handler for one attempt, with a fresh per-attempt
@@ -239,7 +275,10 @@ func (w *worker) attempt(it *item) (Outcome, error) {
 // processOne takes one message to a final state: committed, skipped,
 // dead-lettered or parked. It reports false when the worker is stopping and
 // the message was abandoned (it will be redelivered).
-func (w *worker) processOne(it *item) bool {
+//
+// firstErr, when set, is the failure of the message's first attempt, made
+// in a batch that was rolled back.
+func (w *worker) processOne(it *item, firstErr error) bool {
 	r := w.r
 	if it.decodeErr != nil {
 		return w.deadLetter(it, EnvelopeInvalid, it.decodeErr, 1)
@@ -256,7 +295,13 @@ func (w *worker) processOne(it *item) bool {
 	retried := 0
 	for {
 		it.attempts++
-		out, err := w.attempt(it)
+		var out Outcome
+		err := firstErr
+		if firstErr != nil {
+			firstErr = nil
+		} else {
+			out, err = w.attempt(it)
+		}
 		if err == nil {
 			it.outcome = out
 			w.finish(it, nil)
@@ -369,7 +414,7 @@ func (w *worker) deadLetter(it *item, code Code, cause error, attempts int) bool
 	r.m.deadLettered(code.Name)
 	it.outcome = DeadLettered
 	it.attempts = attempts
-	it.st = nil
+	it.dropHooks() // the attempt rolled back: keep its log fields, not its hooks
 	if _, ok := CodeOf(cause); !ok {
 		cause = code.Wrap(cause)
 	}

@@ -193,6 +193,31 @@ func TestRetryNowIsRetriedThreeTimesThenDeadLettered(t *testing.T) {
 	}
 }
 
+func TestAFailureInsideABatchCountsItsAttemptsExactly(t *testing.T) {
+	// Not parallel: it counts the handler's runs of "conflict" messages.
+	e := newEnv(t)
+	leadID := e.lead()
+	_, ok1 := envelope(leadID, "")
+	_, conflict := envelope(leadID, "conflict")
+	_, ok2 := envelope(leadID, "")
+	for _, v := range [][]byte{ok1, conflict, ok2} {
+		e.produce(1, v) // one partition: one batch
+	}
+	before := conflictRuns.Load()
+	consumertest.Start(t, e.cluster.Bootstrap, e.url, probeService(long...), consumertest.Options{})
+	e.waitCommitted(3)
+	dlq := e.cluster.ReadAll(t, probeDLQ, 1, 10*time.Second)
+	if len(dlq) != 1 || kafkatest.Header(dlq[0], "x-attempts") != "4" {
+		t.Fatalf("DLQ: %d messages, x-attempts %q; want 1 with 4", len(dlq), kafkatest.Header(dlq[0], "x-attempts"))
+	}
+	if runs := conflictRuns.Load() - before; runs != 4 {
+		t.Fatalf("the failing handler ran %d times, want 4 (the batch attempt counts as the first)", runs)
+	}
+	if got := e.events(leadID); got != 2 {
+		t.Fatalf("lead_events = %d, want 2 (the messages around the failure, once each)", got)
+	}
+}
+
 func TestRetryLaterDoesNotBlockThePartitionAndAppliesWhenTheConditionClears(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
