@@ -208,6 +208,15 @@ func TestAC3_NoActiveLeadIsRetriedThenAppendedOrDeadLettered(t *testing.T) {
 		kafkatest.Eventually(t, wait, func() bool {
 			return h.count(`SELECT count(*) FROM parked_messages`) == 0
 		}, "the parked row removed")
+		// The re-driven append raises its domain event too.
+		kafkatest.Eventually(t, wait, func() bool {
+			for _, ev := range h.pub.all() {
+				if ev == (LeadEventAdded{LeadID: l.ID, EventID: rows[0].ID, Type: SelectionAttached}) {
+					return true
+				}
+			}
+			return false
+		}, "LeadEventAdded of the re-driven append, got %v", h.pub.all())
 		if n := h.kc.Count(t, DLQTopic); n != 0 {
 			t.Fatalf("%d dead letters, want 0", n)
 		}

@@ -65,6 +65,12 @@ func (h *harness) start(scale float64, group string) *consumertest.Running {
 		}
 		return svc
 	}
+	// Registered before Start: runs once the consumer stopped.
+	h.t.Cleanup(func() {
+		for _, l := range h.logs.lines("handler panicked", nil) {
+			h.t.Errorf("the handler panicked: %v\n%v", l["panic"], l["stack"])
+		}
+	})
 	h.run = consumertest.Start(h.t, h.kc.Bootstrap, h.url, build, consumertest.Options{RetryTimeScale: scale, Logger: &log})
 	return h.run
 }

@@ -1,0 +1,147 @@
+package crm
+
+import (
+	"context"
+	"encoding/json"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/rs/zerolog"
+
+	"github.com/pin-platform/consumers/consumers/consumer"
+	"github.com/pin-platform/consumers/consumers/kafkatest"
+)
+
+// Messages that break the contract go to the DLQ at once, with the
+// service's invalid code (or EVENT_ENVELOPE_INVALID for an unreadable
+// envelope), and do not hold their partition.
+func TestInvalidEventsAreDeadLetteredAtOnce(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	l := h.insertLead("Active")
+	at := micro(time.Now().Add(-time.Minute))
+	change := func(fn func(p map[string]any)) []byte {
+		e := newEvent(l, "Shared", at)
+		fn(e.Payload)
+		return e.value()
+	}
+	envelope := func(fn func(env map[string]any)) []byte {
+		var env map[string]any
+		if err := json.Unmarshal(newEvent(l, "Shared", at).value(), &env); err != nil {
+			t.Fatal(err)
+		}
+		fn(env)
+		b, _ := json.Marshal(env)
+		return b
+	}
+	cases := []struct {
+		name  string
+		value []byte
+		code  string
+	}{
+		{"not JSON", []byte("not json"), consumer.EnvelopeInvalid.Name},
+		{"tombstone", nil, consumer.EnvelopeInvalid.Name},
+		{"no MessageId", envelope(func(env map[string]any) { delete(env, "MessageId") }), consumer.EnvelopeInvalid.Name},
+		{"no Payload", envelope(func(env map[string]any) { delete(env, "Payload") }), CodeEventInvalid.Name},
+		{"Payload not an object", envelope(func(env map[string]any) { env["Payload"] = []int{1} }), CodeEventInvalid.Name},
+		{"SelectionId not a GUID", change(func(p map[string]any) { p["SelectionId"] = "42" }), CodeEventInvalid.Name},
+		{"AgentUserId missing", change(func(p map[string]any) { delete(p, "AgentUserId") }), CodeEventInvalid.Name},
+		{"empty title", change(func(p map[string]any) { p["SelectionTitle"] = "" }), CodeEventInvalid.Name},
+		{"negative count", change(func(p map[string]any) { p["PropertyObjectsCount"] = -3 }), CodeEventInvalid.Name},
+		{"count of the wrong type", change(func(p map[string]any) { p["PropertyObjectsCount"] = "seven" }), CodeEventInvalid.Name},
+		{"OccurredAt missing", change(func(p map[string]any) { delete(p, "OccurredAt") }), CodeEventInvalid.Name},
+		{"Action missing", change(func(p map[string]any) { delete(p, "Action") }), CodeEventInvalid.Name},
+	}
+	msgs := make([]kafkatest.Message, len(cases))
+	for i, c := range cases {
+		msgs[i] = kafkatest.Message{Partition: 5, Key: []byte(uuid.NewString()), Value: c.value}
+	}
+	tps := h.kc.Produce(t, Topic, msgs...)
+	good := newEvent(l, "Shared", at).on(5)
+	offs := h.produce(good)
+	run := h.start(0, "")
+
+	h.waitOutcome(good.MessageID, "attached")
+	h.waitCommitted(Group, 5, offs[0]+1)
+	byOffset := map[string]string{}
+	for _, m := range h.dlq(len(cases)) {
+		if a := kafkatest.Header(m, consumer.HeaderAttempts); a != "1" {
+			t.Errorf("x-attempts %s, want 1: never retried", a)
+		}
+		byOffset[kafkatest.Header(m, consumer.HeaderOriginalOffset)] = kafkatest.Header(m, consumer.HeaderErrorCode)
+	}
+	for i, c := range cases {
+		if got := byOffset[strconv.FormatInt(int64(tps[i].Offset), 10)]; got != c.code {
+			t.Errorf("%s: dead-lettered with %q, want %q", c.name, got, c.code)
+		}
+	}
+	if n := h.count(`SELECT count(*) FROM lead_events`); n != 1 {
+		t.Fatalf("%d feed entries, want 1 (the valid event's)", n)
+	}
+	if n := run.Counter(MetricDLQ, nil); n != float64(len(cases)) {
+		t.Fatalf("%s = %v, want %d", MetricDLQ, n, len(cases))
+	}
+	if n := run.Counter(MetricRetries, nil); n != 0 {
+		t.Fatalf("%s = %v, want 0", MetricRetries, n)
+	}
+}
+
+// Another ContractVersion is logged and counted, then processed; an
+// EventType the consumer does not know is skipped and acknowledged.
+func TestContractVersionMismatchIsProcessedAndUnknownEventTypesSkipped(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	l := h.insertLead("Active")
+	at := micro(time.Now().Add(-time.Minute))
+	v2 := newEvent(l, "Shared", at).on(2)
+	v2.Version = 2
+	var env map[string]any
+	if err := json.Unmarshal(newEvent(l, "Shared", at).value(), &env); err != nil {
+		t.Fatal(err)
+	}
+	env["EventType"] = "pin.selections.selection-deleted"
+	foreign, _ := json.Marshal(env)
+	h.kc.Produce(t, Topic, kafkatest.Message{Partition: 2, Key: []byte(uuid.NewString()), Value: foreign})
+	offs := h.produce(v2)
+	run := h.start(0, "")
+
+	h.waitOutcome(v2.MessageID, "attached")
+	h.waitCommitted(Group, 2, offs[0]+1)
+	if n := run.Counter(MetricContractMismatch, nil); n != 1 {
+		t.Fatalf("%s = %v, want 1", MetricContractMismatch, n)
+	}
+	if n := len(h.logs.lines("contract-version-mismatch", map[string]string{"MessageId": v2.MessageID.String()})); n == 0 {
+		t.Fatal("no contract-version-mismatch warning")
+	}
+	if n := h.count(`SELECT count(*) FROM lead_events`); n != 1 {
+		t.Fatalf("%d feed entries, want 1", n)
+	}
+	if n := h.kc.Count(t, DLQTopic); n != 0 {
+		t.Fatalf("%d dead letters, want 0", n)
+	}
+}
+
+func TestLogPublisherLogsTheDomainEvent(t *testing.T) {
+	var buf strings.Builder
+	log := zerolog.New(&buf)
+	ctx := log.WithContext(context.Background())
+	e := LeadEventAdded{LeadID: uuid.New(), EventID: uuid.New(), Type: SelectionViewed}
+	LogPublisher(ctx, e)
+	var line map[string]any
+	if err := json.Unmarshal([]byte(buf.String()), &line); err != nil {
+		t.Fatalf("%q: %v", buf.String(), err)
+	}
+	if line["message"] != "lead-event-added" || line["LeadId"] != e.LeadID.String() ||
+		line["EventId"] != e.EventID.String() || line["Type"] != "SelectionViewed" {
+		t.Fatalf("log line %v", line)
+	}
+
+	buf.Reset()
+	publishSafely(ctx, func(context.Context, LeadEventAdded) { panic("boom") }, e)
+	if !strings.Contains(buf.String(), "publisher panicked") {
+		t.Fatalf("a panicking publisher was not reported: %q", buf.String())
+	}
+}
