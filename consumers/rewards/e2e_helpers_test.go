@@ -53,12 +53,17 @@ func newEnv(t *testing.T) *env {
 // start runs the rewards consumer (group pin-rewards-referral-bonds).
 func (e *env) start() {
 	e.t.Helper()
-	log := zerolog.New(zerolog.MultiLevelWriter(e.logs, zerolog.ConsoleWriter{Out: testWriter{e.t}, NoColor: true})).
+	log := zerolog.New(zerolog.MultiLevelWriter(e.logs, zerolog.ConsoleWriter{Out: testWriter{e.t}, NoColor: true, TimeFormat: "15:04:05.000"})).
 		Level(zerolog.InfoLevel).With().Timestamp().Logger()
 	if testing.Verbose() {
 		log = log.Level(zerolog.DebugLevel)
 	}
-	e.run = consumertest.Start(e.t, e.kc.Bootstrap, e.dbURL, New, consumertest.Options{Logger: &log})
+	e.run = consumertest.Start(e.t, e.kc.Bootstrap, e.dbURL, New, consumertest.Options{
+		Logger: &log,
+		// Commit stored offsets every 100 ms instead of every second: the
+		// tests wait for commits after each step.
+		Kafka: kafka.ConfigMap{"auto.commit.interval.ms": 100},
+	})
 }
 
 // stop stops the consumer as SIGTERM does: it drains, commits and leaves

@@ -1,0 +1,297 @@
+package rewards
+
+import (
+	"context"
+	"encoding/json"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/pin-platform/consumers/consumers/consumer"
+	"github.com/pin-platform/consumers/consumers/kafkatest"
+	"github.com/pin-platform/consumers/ent"
+	"github.com/pin-platform/consumers/migrate/pgtest"
+)
+
+// INV-BND-3: a bond-created for a referred user who already has another
+// Active bond is REWARDS_BOND_REPLICA_ACTIVE_CONFLICT: dead-lettered at once
+// (fail closed), the existing bond untouched, the partition going on.
+func TestActiveConflict_SecondActiveBondIsDeadLettered(t *testing.T) {
+	e := newEnv(t)
+	user := uuid.New()
+	a, b := newBond(user), newBond(user)
+	// The new bond's created before the old one's closed: out of the
+	// producer's order.
+	ca, cb, ra := created(a, 1, baseTime), created(b, 1, baseTime.Add(time.Second)), replaced(a, b, 2, baseTime.Add(2*time.Second))
+	tps := e.produce(ca, cb, ra)
+	e.start()
+	e.waitCommitted()
+
+	e.checkDead(e.dlq(1)[0], tps[1], cb, CodeActiveConflict.Name, 1)
+	if e.row(b.ID) != nil {
+		t.Error("the conflicting bond has a row")
+	}
+	checkRow(t, e.row(a.ID), a, "Replaced", 2, baseTime.Add(2*time.Second))
+	if got := e.outcome(cb); got != "" {
+		t.Errorf("dead-lettered message has the mark %q", got)
+	}
+	if n := e.counter(MetricDLQ, map[string]string{"code": CodeActiveConflict.Name}); n != 1 {
+		t.Errorf("%s = %v, want 1", MetricDLQ, n)
+	}
+
+	// Replaying the dead letter, now that the old bond is closed, applies it.
+	e.produce(cb)
+	e.waitCommitted()
+	checkRow(t, e.row(b.ID), b, "Active", 1, baseTime.Add(time.Second))
+}
+
+// INV-BND-4 and the contract: every other way a message is refused, each
+// with its code in x-dlq-error-code; what the contract says to let through
+// goes through.
+func TestViolationsAreDeadLetteredWithTheirCode(t *testing.T) {
+	e := newEnv(t)
+	revoked, active := newBond(uuid.New()), newBond(uuid.New())
+	setup := []event{
+		created(revoked, 1, baseTime), closed(revoked, "Revoked", 2, baseTime),
+		created(active, 1, baseTime),
+	}
+	e.produce(setup...)
+	e.start()
+	e.waitCommitted()
+
+	otherUser := active
+	otherUser.Referred = uuid.New()
+	// Keyed by the other user, so on another partition than the Version 5
+	// created below: its Version is above 5 so that the order between the
+	// two partitions does not matter.
+	mismatch := closed(otherUser, "Revoked", 9, baseTime)
+	v2 := envelope(EventTypeBondCreated, active.ID, active.Referred, baseTime, map[string]any{
+		"BondId": active.ID, "ReferredUserId": active.Referred, "ReferrerUserId": active.Referrer,
+		"ReferrerCompanyId": active.Company, "BoundAt": active.BoundAt, "Version": 5})
+	setContractVersion(t, &v2, 2)
+	noTime := envelope(EventTypeBondClosed, active.ID, active.Referred, time.Time{}, map[string]any{
+		"BondId": active.ID, "ReferredUserId": active.Referred, "Status": "Revoked", "Version": 9})
+	dropCreatedAt(t, &noTime)
+	cases := []struct {
+		ev   event
+		code string // "" = not dead-lettered
+	}{
+		{created(revoked, 3, baseTime.Add(time.Minute)), CodeInvalid.Name},                           // INV-BND-4
+		{mismatch, CodeInvalid.Name},                                                                 // ReferredUserId differs from the row
+		{closed(active, "Active", 2, baseTime), CodeInvalid.Name},                                    // not a closing status
+		{envelope(EventTypeBondClosed, active.ID, active.Referred, baseTime, "x"), CodeInvalid.Name}, // Payload not an object
+		{envelope(EventTypeBondClosed, active.ID, active.Referred, baseTime, map[string]any{ // wrong type
+			"BondId": active.ID, "ReferredUserId": active.Referred, "Status": "Revoked", "Version": "2"}), CodeInvalid.Name},
+		{noTime, CodeInvalid.Name}, // no event time for synced_at
+		{event{messageID: uuid.New(), eventType: EventTypeBondCreated, key: active.Referred.String(), value: []byte("not json")}, consumer.EnvelopeInvalid.Name},
+		{envelope("pin.referral.bond-renamed", active.ID, active.Referred, baseTime, map[string]any{}), ""}, // unknown type: skipped
+		{v2, ""}, // ContractVersion 2: warned, processed
+	}
+	var evs []event
+	for _, c := range cases {
+		evs = append(evs, c.ev)
+	}
+	tps := e.produce(evs...)
+	e.waitCommitted()
+
+	want := 0
+	for _, c := range cases {
+		if c.code != "" {
+			want++
+		}
+	}
+	dead := e.dlq(want)
+	for i, c := range cases {
+		if c.code == "" {
+			continue
+		}
+		e.checkDead(deadLetterOf(t, dead, c.ev), tps[i], c.ev, c.code, 1)
+	}
+	checkRow(t, e.row(revoked.ID), revoked, "Revoked", 2, baseTime)
+	// The ContractVersion 2 created went through: an upsert of the Active row.
+	checkRow(t, e.row(active.ID), active, "Active", 5, baseTime)
+	if n := e.counter(MetricContractMismatch, nil); n != 1 {
+		t.Errorf("%s = %v, want 1", MetricContractMismatch, n)
+	}
+	if n := e.counter("pin_consumer_unknown_event_types_total", nil); n != 1 {
+		t.Errorf("unknown event types = %v, want 1", n)
+	}
+	if n := e.counter(MetricDLQ, map[string]string{"code": CodeInvalid.Name}); n != 6 {
+		t.Errorf("%s{code=%s} = %v, want 6", MetricDLQ, CodeInvalid.Name, n)
+	}
+	e.checkNoSecrets()
+}
+
+func setContractVersion(t *testing.T, ev *event, v int) {
+	t.Helper()
+	var m map[string]any
+	if err := json.Unmarshal(ev.value, &m); err != nil {
+		t.Fatal(err)
+	}
+	m["ContractVersion"] = v
+	ev.value, _ = json.Marshal(m)
+}
+
+func dropCreatedAt(t *testing.T, ev *event) {
+	t.Helper()
+	var m map[string]any
+	if err := json.Unmarshal(ev.value, &m); err != nil {
+		t.Fatal(err)
+	}
+	delete(m, "CreatedAt")
+	ev.value, _ = json.Marshal(m)
+}
+
+// The single-active conflict is detected without aborting the transaction:
+// the handler's error leaves tx usable (what the runtime's batches rely on:
+// several messages share one transaction).
+func TestActiveConflictLeavesTransactionUsable(t *testing.T) {
+	t.Parallel()
+	client, _, _ := pgtest.NewClient(t)
+	ctx := context.Background()
+	user := uuid.New()
+	a, b := newBond(user), newBond(user)
+	h := &handler{m: newMetrics(prometheus.NewRegistry())}
+
+	tx, err := client.Tx(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback()
+	if out, err := h.bondCreated(ctx, tx, message(t, created(a, 1, baseTime))); err != nil || out != OutcomeCreated {
+		t.Fatalf("first created: %q, %v", out, err)
+	}
+	_, err = h.bondCreated(ctx, tx, message(t, created(b, 1, baseTime)))
+	if code, ok := consumer.CodeOf(err); !ok || code.Name != CodeActiveConflict.Name {
+		t.Fatalf("second Active bond: %v, want %s", err, CodeActiveConflict.Name)
+	}
+	// The transaction still works: the old bond's closed and the new bond's
+	// created apply in it.
+	if out, err := h.bondClosed(ctx, tx, message(t, replaced(a, b, 2, baseTime))); err != nil || out != OutcomeClosed {
+		t.Fatalf("closed after the conflict: %q, %v", out, err)
+	}
+	if out, err := h.bondCreated(ctx, tx, message(t, created(b, 1, baseTime))); err != nil || out != OutcomeCreated {
+		t.Fatalf("created after the close: %q, %v", out, err)
+	}
+	if err := tx.Commit(); err != nil {
+		t.Fatalf("commit: %v", err)
+	}
+	got, err := ActiveBond(ctx, client, user)
+	if err != nil || got == nil || got.ID != b.ID {
+		t.Fatalf("ActiveBond = %v, %v; want %s", got, err, b.ID)
+	}
+
+}
+
+// Two processors of the same bond-created (a rebalance overlap): the second
+// does not see the first's uncommitted row, its insert waits for the first
+// transaction and then inserts nothing; the handler decides again on the
+// now-visible row (skipped-stale) instead of reporting a conflict.
+func TestConcurrentCreateOfSameBondIsDecidedAgain(t *testing.T) {
+	t.Parallel()
+	client, db, _ := pgtest.NewClient(t)
+	ctx := context.Background()
+	b := newBond(uuid.New())
+	h := &handler{m: newMetrics(prometheus.NewRegistry())}
+	ev := created(b, 1, baseTime)
+
+	first, err := client.Tx(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer first.Rollback()
+	if out, err := h.bondCreated(ctx, first, message(t, ev)); err != nil || out != OutcomeCreated {
+		t.Fatalf("first: %q, %v", out, err)
+	}
+	type result struct {
+		out consumer.Outcome
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		second, err := client.Tx(ctx)
+		if err != nil {
+			done <- result{"", err}
+			return
+		}
+		defer second.Rollback()
+		out, err := h.bondCreated(ctx, second, message(t, ev))
+		if err == nil {
+			err = second.Commit()
+		}
+		done <- result{out, err}
+	}()
+	// The second insert waits on the first transaction's row lock.
+	kafkatest.Eventually(t, 10*time.Second, func() bool {
+		var n int
+		err := db.QueryRowContext(ctx, `SELECT count(*) FROM pg_stat_activity
+			WHERE datname = current_database() AND wait_event_type = 'Lock' AND query LIKE 'INSERT INTO "referral_bond_replicas"%'`).Scan(&n)
+		return err == nil && n == 1
+	}, "the second insert waits for the first transaction")
+	if err := first.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	r := <-done
+	if r.err != nil || r.out != consumer.SkippedStale {
+		t.Fatalf("second: %q, %v; want skipped-stale", r.out, r.err)
+	}
+}
+
+// ActiveBond: the Active bond of a referred user, or none.
+func TestActiveBond(t *testing.T) {
+	t.Parallel()
+	client, _, _ := pgtest.NewClient(t)
+	ctx := context.Background()
+	insert := func(b bond, status string) {
+		t.Helper()
+		if err := client.ReferralBondReplica.Create().SetID(b.ID).SetReferredUserID(b.Referred).
+			SetReferrerUserID(b.Referrer).SetNillableReferrerCompanyID(b.Company).SetStatus(status).
+			SetBoundAt(b.BoundAt).SetReplicaVersion(1).SetSyncedAt(baseTime).Exec(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	withActive, onlyClosed, unknownOnly, nobody := uuid.New(), uuid.New(), uuid.New(), uuid.New()
+	current := newBond(withActive)
+	insert(newBond(withActive), "Replaced")
+	insert(current, "Active")
+	insert(newBond(withActive), "Revoked")
+	insert(newBond(onlyClosed), "Revoked")
+	insert(newBond(unknownOnly), "OnHold")
+
+	got, err := ActiveBond(ctx, client, withActive)
+	if err != nil || got == nil || got.ID != current.ID || got.ReferrerUserID != current.Referrer {
+		t.Errorf("ActiveBond(with an Active bond) = %v, %v; want %s", got, err, current.ID)
+	}
+	for name, user := range map[string]uuid.UUID{"only closed": onlyClosed, "unknown status": unknownOnly, "no bond": nobody} {
+		if got, err := ActiveBond(ctx, client, user); got != nil || err != nil {
+			t.Errorf("ActiveBond(%s) = %v, %v; want nil, nil", name, got, err)
+		}
+	}
+	// Inside a transaction, through tx.Client().
+	tx, err := client.Tx(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback()
+	if got, err := ActiveBond(ctx, tx.Client(), withActive); err != nil || got == nil || got.ID != current.ID {
+		t.Errorf("ActiveBond in a transaction = %v, %v", got, err)
+	}
+	// The partial unique index holds the rule: a second Active row fails.
+	err = client.ReferralBondReplica.Create().SetID(uuid.New()).SetReferredUserID(withActive).SetReferrerUserID(uuid.New()).
+		SetStatus("Active").SetBoundAt(baseTime).SetReplicaVersion(1).SetSyncedAt(baseTime).Exec(ctx)
+	if !ent.IsConstraintError(err) {
+		t.Errorf("second Active row: %v, want a constraint error", err)
+	}
+}
+
+// message is what the runtime hands a handler for ev.
+func message(t *testing.T, ev event) *consumer.Message {
+	t.Helper()
+	env, err := consumer.DecodeEnvelope(ev.value)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &consumer.Message{Envelope: env, Topic: Topic, Key: []byte(ev.key)}
+}
