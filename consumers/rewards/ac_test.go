@@ -143,13 +143,20 @@ func TestAC4_VersionNotAboveReplicaVersionIsSkippedStale(t *testing.T) {
 	e := newEnv(t)
 	b := newBond(uuid.New())
 	t0 := baseTime
-	first, upsert := created(b, 1, t0), created(b, 3, t0.Add(time.Minute))
+	// The newer created carries another ReferrerUserId: a source-immutable
+	// field, kept as it is and the difference logged.
+	changed := b
+	changed.Referrer = uuid.New()
+	first, upsert := created(b, 1, t0), created(changed, 3, t0.Add(time.Minute))
 	e.produce(first, upsert)
 	e.start()
 	e.waitCommitted()
 	checkRow(t, e.row(b.ID), b, "Active", 3, t0.Add(time.Minute))
 	if got := e.outcome(upsert); got != "updated" {
 		t.Errorf("outcome of the newer created = %q, want updated", got)
+	}
+	if w := e.logLines("immutable-field-differs"); len(w) != 1 || w[0]["level"] != "warn" || w[0]["BondId"] != b.ID.String() {
+		t.Errorf("immutable-field-differs lines = %v", w)
 	}
 
 	stale := []event{
