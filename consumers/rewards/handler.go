@@ -32,8 +32,7 @@ func (h *handler) bondCreated(ctx context.Context, tx *ent.Tx, m *consumer.Messa
 	}
 	lf := &bondLog{bondID: p.BondID, referredUserID: p.ReferredUserID, version: p.Version}
 	consumer.LogFields(ctx, lf.fields)
-	log := zerolog.Ctx(ctx)
-	log.Info().Func(lf.fields).Msg("consumed")
+	log := zerolog.Ctx(ctx) // the runtime logged "consumed"; the outcome line gets lf
 
 	ev := Event{Type: BondCreatedEvent, Version: p.Version, ReferredUserID: p.ReferredUserID}
 	for pass := 1; ; pass++ {
@@ -106,8 +105,7 @@ func (h *handler) bondClosed(ctx context.Context, tx *ent.Tx, m *consumer.Messag
 	lf := &bondLog{bondID: p.BondID, referredUserID: p.ReferredUserID, version: p.Version,
 		eventStatus: string(p.Status), replacedBy: p.ReplacedByBondID}
 	consumer.LogFields(ctx, lf.fields)
-	log := zerolog.Ctx(ctx)
-	log.Info().Func(lf.fields).Msg("consumed")
+	log := zerolog.Ctx(ctx) // the runtime logged "consumed"; the outcome line gets lf
 
 	row, err := lockRow(ctx, tx, p.BondID)
 	if err != nil {
