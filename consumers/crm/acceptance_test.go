@@ -251,6 +251,10 @@ func TestAC3_NoActiveLeadIsRetriedThenAppendedOrDeadLettered(t *testing.T) {
 		if n := run.Counter(MetricDLQ, map[string]string{"code": CodeLeadNotFound.Name}); n != 1 {
 			t.Fatalf("%s{%s} = %v, want 1", MetricDLQ, CodeLeadNotFound.Name, n)
 		}
+		if n := len(h.logs.lines("dead-lettered", map[string]string{"MessageId": e.MessageID.String(), "code": CodeLeadNotFound.Name,
+			"SelectionId": e.SelectionID.String(), "Action": "Shared"})); n != 1 {
+			t.Fatalf("%d 'dead-lettered' log lines with the spec's fields, want 1", n)
+		}
 	})
 }
 
@@ -282,8 +286,9 @@ func TestAC4_UnknownActionIsDeadLettered(t *testing.T) {
 	if n := run.Counter(MetricRetries, nil); n != 0 {
 		t.Fatalf("%s = %v, want 0: not retried", MetricRetries, n)
 	}
-	if n := len(h.logs.lines("dead-lettered", map[string]string{"MessageId": bad.MessageID.String(), "code": CodeUnknownAction.Name})); n != 1 {
-		t.Fatalf("%d 'dead-lettered' log lines, want 1", n)
+	if n := len(h.logs.lines("dead-lettered", map[string]string{"MessageId": bad.MessageID.String(), "code": CodeUnknownAction.Name,
+		"SelectionId": bad.SelectionID.String(), "Action": "Forwarded", "AgentUserId": l.Agent.String(), "InvestorUserId": l.Investor.String()})); n != 1 {
+		t.Fatalf("%d 'dead-lettered' log lines with the spec's fields, want 1", n)
 	}
 }
 

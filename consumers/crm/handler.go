@@ -21,9 +21,10 @@ type handler struct {
 // entry already, or an error of one of the spec's codes.
 func (h *handler) handle(ctx context.Context, tx *ent.Tx, m *consumer.Message) (consumer.Outcome, error) {
 	log := zerolog.Ctx(ctx)
+	// The runtime logs "consumed"; every later line of the message (its
+	// outcome, parked, dead-lettered) carries these fields.
 	p, decodeErr := consumer.DecodePayload[wirePayload](m)
 	consumer.LogFields(ctx, p.logFields)
-	log.Info().Func(p.logFields).Msg("consumed")
 	if decodeErr != nil {
 		return "", decodeErr
 	}
