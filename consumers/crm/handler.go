@@ -46,9 +46,7 @@ func (h *handler) handle(ctx context.Context, tx *ent.Tx, m *consumer.Message) (
 		return "", err
 	}
 	if l == nil {
-		h.m.leadNotFound.Inc()
-		log.Info().Func(p.logFields).Msg("skipped-lead-not-found")
-		return "", CodeLeadNotFound.Errorf("no Active lead for agent %s and investor %s", ev.AgentUserID, ev.InvestorUserID)
+		return "", h.leadNotFound(ctx, p, CodeLeadNotFound.Errorf("no Active lead for agent %s and investor %s", ev.AgentUserID, ev.InvestorUserID))
 	}
 	leadID := l.ID.String()
 	consumer.LogFields(ctx, func(e *zerolog.Event) { e.Str("LeadId", leadID) })
@@ -60,6 +58,9 @@ func (h *handler) handle(ctx context.Context, tx *ent.Tx, m *consumer.Message) (
 		SourceMessageID: m.MessageID,
 		Payload:         ev.FeedPayload(),
 	}, h.now())
+	if c, ok := consumer.CodeOf(err); ok && c.Name == CodeLeadNotFound.Name {
+		return "", h.leadNotFound(ctx, p, err) // the lead vanished between read and write
+	}
 	if err != nil {
 		return "", err
 	}
@@ -76,6 +77,16 @@ func (h *handler) handle(ctx context.Context, tx *ent.Tx, m *consumer.Message) (
 		return Viewed, nil
 	}
 	return Attached, nil
+}
+
+// leadNotFound counts and logs an attempt that found no Active lead and
+// returns err (CRM_SELECTION_LEAD_NOT_FOUND). It counts when the code is
+// returned, not after commit: such an attempt rolls back, and the
+// after-commit hooks of a rolled-back attempt never run.
+func (h *handler) leadNotFound(ctx context.Context, p wirePayload, err error) error {
+	h.m.leadNotFound.Inc()
+	zerolog.Ctx(ctx).Info().Func(p.logFields).Str("reason", err.Error()).Msg("skipped-lead-not-found")
+	return err
 }
 
 // logFields adds the spec's log fields of the event as they came, a known
