@@ -106,19 +106,18 @@ func (p wirePayload) validate() (SelectionShared, *validationError) {
 	bad := func(format string, args ...any) { problems = append(problems, fmt.Sprintf(format, args...)) }
 
 	guid := func(name string, v *string, dst *uuid.UUID) {
-		switch {
-		case v == nil:
+		if v == nil {
 			bad("%s is missing", name)
+			return
+		}
+		id, err := uuid.Parse(*v)
+		switch {
+		case err != nil:
+			bad("%s %q is not a GUID", name, *v)
+		case id == uuid.Nil:
+			bad("%s is the empty GUID", name)
 		default:
-			id, err := uuid.Parse(*v)
-			switch {
-			case err != nil:
-				bad("%s %q is not a GUID", name, *v)
-			case id == uuid.Nil:
-				bad("%s is the empty GUID", name)
-			default:
-				*dst = id
-			}
+			*dst = id
 		}
 	}
 	guid("SelectionId", p.SelectionID, &e.SelectionID)
@@ -148,10 +147,9 @@ func (p wirePayload) validate() (SelectionShared, *validationError) {
 	guid("AgentUserId", p.AgentUserID, &e.AgentUserID)
 	guid("InvestorUserId", p.InvestorUserID, &e.InvestorUserID)
 
-	switch {
-	case p.OccurredAt == nil:
+	if p.OccurredAt == nil {
 		bad("OccurredAt is missing")
-	default:
+	} else {
 		t, err := time.Parse(time.RFC3339Nano, *p.OccurredAt)
 		switch {
 		case err != nil:
