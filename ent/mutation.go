@@ -4811,32 +4811,34 @@ func (m *LeadEventMutation) ResetEdge(name string) error {
 // ParkedMessageMutation represents an operation that mutates the ParkedMessage nodes in the graph.
 type ParkedMessageMutation struct {
 	config
-	op              Op
-	typ             string
-	id              *uuid.UUID
-	consumer_group  *string
-	topic           *string
-	partition       *int32
-	addpartition    *int32
-	_offset         *int64
-	add_offset      *int64
-	key             *[]byte
-	value           *[]byte
-	headers         *[]schema.Header
-	appendheaders   []schema.Header
-	message_id      *uuid.UUID
-	event_type      *string
-	error_code      *string
-	reason          *string
-	attempts        *int
-	addattempts     *int
-	next_attempt_at *time.Time
-	created_at      *time.Time
-	updated_at      *time.Time
-	clearedFields   map[string]struct{}
-	done            bool
-	oldValue        func(context.Context) (*ParkedMessage, error)
-	predicates      []predicate.ParkedMessage
+	op               Op
+	typ              string
+	id               *uuid.UUID
+	consumer_group   *string
+	topic            *string
+	partition        *int32
+	addpartition     *int32
+	_offset          *int64
+	add_offset       *int64
+	key              *[]byte
+	value            *[]byte
+	headers          *[]schema.Header
+	appendheaders    []schema.Header
+	message_id       *uuid.UUID
+	event_type       *string
+	error_code       *string
+	reason           *string
+	attempts         *int
+	addattempts      *int
+	schedule_step    *int
+	addschedule_step *int
+	next_attempt_at  *time.Time
+	created_at       *time.Time
+	updated_at       *time.Time
+	clearedFields    map[string]struct{}
+	done             bool
+	oldValue         func(context.Context) (*ParkedMessage, error)
+	predicates       []predicate.ParkedMessage
 }
 
 var _ ent.Mutation = (*ParkedMessageMutation)(nil)
@@ -5490,6 +5492,62 @@ func (m *ParkedMessageMutation) ResetAttempts() {
 	m.addattempts = nil
 }
 
+// SetScheduleStep sets the "schedule_step" field.
+func (m *ParkedMessageMutation) SetScheduleStep(i int) {
+	m.schedule_step = &i
+	m.addschedule_step = nil
+}
+
+// ScheduleStep returns the value of the "schedule_step" field in the mutation.
+func (m *ParkedMessageMutation) ScheduleStep() (r int, exists bool) {
+	v := m.schedule_step
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldScheduleStep returns the old "schedule_step" field's value of the ParkedMessage entity.
+// If the ParkedMessage object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *ParkedMessageMutation) OldScheduleStep(ctx context.Context) (v int, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldScheduleStep is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldScheduleStep requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldScheduleStep: %w", err)
+	}
+	return oldValue.ScheduleStep, nil
+}
+
+// AddScheduleStep adds i to the "schedule_step" field.
+func (m *ParkedMessageMutation) AddScheduleStep(i int) {
+	if m.addschedule_step != nil {
+		*m.addschedule_step += i
+	} else {
+		m.addschedule_step = &i
+	}
+}
+
+// AddedScheduleStep returns the value that was added to the "schedule_step" field in this mutation.
+func (m *ParkedMessageMutation) AddedScheduleStep() (r int, exists bool) {
+	v := m.addschedule_step
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// ResetScheduleStep resets all changes to the "schedule_step" field.
+func (m *ParkedMessageMutation) ResetScheduleStep() {
+	m.schedule_step = nil
+	m.addschedule_step = nil
+}
+
 // SetNextAttemptAt sets the "next_attempt_at" field.
 func (m *ParkedMessageMutation) SetNextAttemptAt(t time.Time) {
 	m.next_attempt_at = &t
@@ -5632,7 +5690,7 @@ func (m *ParkedMessageMutation) Type() string {
 // order to get all numeric fields that were incremented/decremented, call
 // AddedFields().
 func (m *ParkedMessageMutation) Fields() []string {
-	fields := make([]string, 0, 15)
+	fields := make([]string, 0, 16)
 	if m.consumer_group != nil {
 		fields = append(fields, parkedmessage.FieldConsumerGroup)
 	}
@@ -5668,6 +5726,9 @@ func (m *ParkedMessageMutation) Fields() []string {
 	}
 	if m.attempts != nil {
 		fields = append(fields, parkedmessage.FieldAttempts)
+	}
+	if m.schedule_step != nil {
+		fields = append(fields, parkedmessage.FieldScheduleStep)
 	}
 	if m.next_attempt_at != nil {
 		fields = append(fields, parkedmessage.FieldNextAttemptAt)
@@ -5710,6 +5771,8 @@ func (m *ParkedMessageMutation) Field(name string) (ent.Value, bool) {
 		return m.Reason()
 	case parkedmessage.FieldAttempts:
 		return m.Attempts()
+	case parkedmessage.FieldScheduleStep:
+		return m.ScheduleStep()
 	case parkedmessage.FieldNextAttemptAt:
 		return m.NextAttemptAt()
 	case parkedmessage.FieldCreatedAt:
@@ -5749,6 +5812,8 @@ func (m *ParkedMessageMutation) OldField(ctx context.Context, name string) (ent.
 		return m.OldReason(ctx)
 	case parkedmessage.FieldAttempts:
 		return m.OldAttempts(ctx)
+	case parkedmessage.FieldScheduleStep:
+		return m.OldScheduleStep(ctx)
 	case parkedmessage.FieldNextAttemptAt:
 		return m.OldNextAttemptAt(ctx)
 	case parkedmessage.FieldCreatedAt:
@@ -5848,6 +5913,13 @@ func (m *ParkedMessageMutation) SetField(name string, value ent.Value) error {
 		}
 		m.SetAttempts(v)
 		return nil
+	case parkedmessage.FieldScheduleStep:
+		v, ok := value.(int)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetScheduleStep(v)
+		return nil
 	case parkedmessage.FieldNextAttemptAt:
 		v, ok := value.(time.Time)
 		if !ok {
@@ -5886,6 +5958,9 @@ func (m *ParkedMessageMutation) AddedFields() []string {
 	if m.addattempts != nil {
 		fields = append(fields, parkedmessage.FieldAttempts)
 	}
+	if m.addschedule_step != nil {
+		fields = append(fields, parkedmessage.FieldScheduleStep)
+	}
 	return fields
 }
 
@@ -5900,6 +5975,8 @@ func (m *ParkedMessageMutation) AddedField(name string) (ent.Value, bool) {
 		return m.AddedOffset()
 	case parkedmessage.FieldAttempts:
 		return m.AddedAttempts()
+	case parkedmessage.FieldScheduleStep:
+		return m.AddedScheduleStep()
 	}
 	return nil, false
 }
@@ -5929,6 +6006,13 @@ func (m *ParkedMessageMutation) AddField(name string, value ent.Value) error {
 			return fmt.Errorf("unexpected type %T for field %s", value, name)
 		}
 		m.AddAttempts(v)
+		return nil
+	case parkedmessage.FieldScheduleStep:
+		v, ok := value.(int)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.AddScheduleStep(v)
 		return nil
 	}
 	return fmt.Errorf("unknown ParkedMessage numeric field %s", name)
@@ -6013,6 +6097,9 @@ func (m *ParkedMessageMutation) ResetField(name string) error {
 		return nil
 	case parkedmessage.FieldAttempts:
 		m.ResetAttempts()
+		return nil
+	case parkedmessage.FieldScheduleStep:
+		m.ResetScheduleStep()
 		return nil
 	case parkedmessage.FieldNextAttemptAt:
 		m.ResetNextAttemptAt()

@@ -44,6 +44,8 @@ type ParkedMessage struct {
 	Reason string `json:"reason,omitempty"`
 	// Processing attempts so far, the first included.
 	Attempts int `json:"attempts,omitempty"`
+	// Retry-later retries used: the index of the next delay in the code's schedule.
+	ScheduleStep int `json:"schedule_step,omitempty"`
 	// NextAttemptAt holds the value of the "next_attempt_at" field.
 	NextAttemptAt time.Time `json:"next_attempt_at,omitempty"`
 	// CreatedAt holds the value of the "created_at" field.
@@ -60,7 +62,7 @@ func (*ParkedMessage) scanValues(columns []string) ([]any, error) {
 		switch columns[i] {
 		case parkedmessage.FieldKey, parkedmessage.FieldValue, parkedmessage.FieldHeaders:
 			values[i] = new([]byte)
-		case parkedmessage.FieldPartition, parkedmessage.FieldOffset, parkedmessage.FieldAttempts:
+		case parkedmessage.FieldPartition, parkedmessage.FieldOffset, parkedmessage.FieldAttempts, parkedmessage.FieldScheduleStep:
 			values[i] = new(sql.NullInt64)
 		case parkedmessage.FieldConsumerGroup, parkedmessage.FieldTopic, parkedmessage.FieldEventType, parkedmessage.FieldErrorCode, parkedmessage.FieldReason:
 			values[i] = new(sql.NullString)
@@ -163,6 +165,12 @@ func (_m *ParkedMessage) assignValues(columns []string, values []any) error {
 			} else if value.Valid {
 				_m.Attempts = int(value.Int64)
 			}
+		case parkedmessage.FieldScheduleStep:
+			if value, ok := values[i].(*sql.NullInt64); !ok {
+				return fmt.Errorf("unexpected type %T for field schedule_step", values[i])
+			} else if value.Valid {
+				_m.ScheduleStep = int(value.Int64)
+			}
 		case parkedmessage.FieldNextAttemptAt:
 			if value, ok := values[i].(*sql.NullTime); !ok {
 				return fmt.Errorf("unexpected type %T for field next_attempt_at", values[i])
@@ -256,6 +264,9 @@ func (_m *ParkedMessage) String() string {
 	builder.WriteString(", ")
 	builder.WriteString("attempts=")
 	builder.WriteString(fmt.Sprintf("%v", _m.Attempts))
+	builder.WriteString(", ")
+	builder.WriteString("schedule_step=")
+	builder.WriteString(fmt.Sprintf("%v", _m.ScheduleStep))
 	builder.WriteString(", ")
 	builder.WriteString("next_attempt_at=")
 	builder.WriteString(_m.NextAttemptAt.Format(time.ANSIC))

@@ -97,6 +97,20 @@ func (_c *ParkedMessageCreate) SetAttempts(v int) *ParkedMessageCreate {
 	return _c
 }
 
+// SetScheduleStep sets the "schedule_step" field.
+func (_c *ParkedMessageCreate) SetScheduleStep(v int) *ParkedMessageCreate {
+	_c.mutation.SetScheduleStep(v)
+	return _c
+}
+
+// SetNillableScheduleStep sets the "schedule_step" field if the given value is not nil.
+func (_c *ParkedMessageCreate) SetNillableScheduleStep(v *int) *ParkedMessageCreate {
+	if v != nil {
+		_c.SetScheduleStep(*v)
+	}
+	return _c
+}
+
 // SetNextAttemptAt sets the "next_attempt_at" field.
 func (_c *ParkedMessageCreate) SetNextAttemptAt(v time.Time) *ParkedMessageCreate {
 	_c.mutation.SetNextAttemptAt(v)
@@ -180,6 +194,10 @@ func (_c *ParkedMessageCreate) ExecX(ctx context.Context) {
 
 // defaults sets the default values of the builder before save.
 func (_c *ParkedMessageCreate) defaults() {
+	if _, ok := _c.mutation.ScheduleStep(); !ok {
+		v := parkedmessage.DefaultScheduleStep
+		_c.mutation.SetScheduleStep(v)
+	}
 	if _, ok := _c.mutation.CreatedAt(); !ok {
 		v := parkedmessage.DefaultCreatedAt()
 		_c.mutation.SetCreatedAt(v)
@@ -222,6 +240,9 @@ func (_c *ParkedMessageCreate) check() error {
 	}
 	if _, ok := _c.mutation.Attempts(); !ok {
 		return &ValidationError{Name: "attempts", err: errors.New(`ent: missing required field "ParkedMessage.attempts"`)}
+	}
+	if _, ok := _c.mutation.ScheduleStep(); !ok {
+		return &ValidationError{Name: "schedule_step", err: errors.New(`ent: missing required field "ParkedMessage.schedule_step"`)}
 	}
 	if _, ok := _c.mutation.NextAttemptAt(); !ok {
 		return &ValidationError{Name: "next_attempt_at", err: errors.New(`ent: missing required field "ParkedMessage.next_attempt_at"`)}
@@ -309,6 +330,10 @@ func (_c *ParkedMessageCreate) createSpec() (*ParkedMessage, *sqlgraph.CreateSpe
 	if value, ok := _c.mutation.Attempts(); ok {
 		_spec.SetField(parkedmessage.FieldAttempts, field.TypeInt, value)
 		_node.Attempts = value
+	}
+	if value, ok := _c.mutation.ScheduleStep(); ok {
+		_spec.SetField(parkedmessage.FieldScheduleStep, field.TypeInt, value)
+		_node.ScheduleStep = value
 	}
 	if value, ok := _c.mutation.NextAttemptAt(); ok {
 		_spec.SetField(parkedmessage.FieldNextAttemptAt, field.TypeTime, value)
@@ -413,6 +438,24 @@ func (u *ParkedMessageUpsert) UpdateAttempts() *ParkedMessageUpsert {
 // AddAttempts adds v to the "attempts" field.
 func (u *ParkedMessageUpsert) AddAttempts(v int) *ParkedMessageUpsert {
 	u.Add(parkedmessage.FieldAttempts, v)
+	return u
+}
+
+// SetScheduleStep sets the "schedule_step" field.
+func (u *ParkedMessageUpsert) SetScheduleStep(v int) *ParkedMessageUpsert {
+	u.Set(parkedmessage.FieldScheduleStep, v)
+	return u
+}
+
+// UpdateScheduleStep sets the "schedule_step" field to the value that was provided on create.
+func (u *ParkedMessageUpsert) UpdateScheduleStep() *ParkedMessageUpsert {
+	u.SetExcluded(parkedmessage.FieldScheduleStep)
+	return u
+}
+
+// AddScheduleStep adds v to the "schedule_step" field.
+func (u *ParkedMessageUpsert) AddScheduleStep(v int) *ParkedMessageUpsert {
+	u.Add(parkedmessage.FieldScheduleStep, v)
 	return u
 }
 
@@ -564,6 +607,27 @@ func (u *ParkedMessageUpsertOne) AddAttempts(v int) *ParkedMessageUpsertOne {
 func (u *ParkedMessageUpsertOne) UpdateAttempts() *ParkedMessageUpsertOne {
 	return u.Update(func(s *ParkedMessageUpsert) {
 		s.UpdateAttempts()
+	})
+}
+
+// SetScheduleStep sets the "schedule_step" field.
+func (u *ParkedMessageUpsertOne) SetScheduleStep(v int) *ParkedMessageUpsertOne {
+	return u.Update(func(s *ParkedMessageUpsert) {
+		s.SetScheduleStep(v)
+	})
+}
+
+// AddScheduleStep adds v to the "schedule_step" field.
+func (u *ParkedMessageUpsertOne) AddScheduleStep(v int) *ParkedMessageUpsertOne {
+	return u.Update(func(s *ParkedMessageUpsert) {
+		s.AddScheduleStep(v)
+	})
+}
+
+// UpdateScheduleStep sets the "schedule_step" field to the value that was provided on create.
+func (u *ParkedMessageUpsertOne) UpdateScheduleStep() *ParkedMessageUpsertOne {
+	return u.Update(func(s *ParkedMessageUpsert) {
+		s.UpdateScheduleStep()
 	})
 }
 
@@ -886,6 +950,27 @@ func (u *ParkedMessageUpsertBulk) AddAttempts(v int) *ParkedMessageUpsertBulk {
 func (u *ParkedMessageUpsertBulk) UpdateAttempts() *ParkedMessageUpsertBulk {
 	return u.Update(func(s *ParkedMessageUpsert) {
 		s.UpdateAttempts()
+	})
+}
+
+// SetScheduleStep sets the "schedule_step" field.
+func (u *ParkedMessageUpsertBulk) SetScheduleStep(v int) *ParkedMessageUpsertBulk {
+	return u.Update(func(s *ParkedMessageUpsert) {
+		s.SetScheduleStep(v)
+	})
+}
+
+// AddScheduleStep adds v to the "schedule_step" field.
+func (u *ParkedMessageUpsertBulk) AddScheduleStep(v int) *ParkedMessageUpsertBulk {
+	return u.Update(func(s *ParkedMessageUpsert) {
+		s.AddScheduleStep(v)
+	})
+}
+
+// UpdateScheduleStep sets the "schedule_step" field to the value that was provided on create.
+func (u *ParkedMessageUpsertBulk) UpdateScheduleStep() *ParkedMessageUpsertBulk {
+	return u.Update(func(s *ParkedMessageUpsert) {
+		s.UpdateScheduleStep()
 	})
 }
 

@@ -78,6 +78,27 @@ func (_u *ParkedMessageUpdate) AddAttempts(v int) *ParkedMessageUpdate {
 	return _u
 }
 
+// SetScheduleStep sets the "schedule_step" field.
+func (_u *ParkedMessageUpdate) SetScheduleStep(v int) *ParkedMessageUpdate {
+	_u.mutation.ResetScheduleStep()
+	_u.mutation.SetScheduleStep(v)
+	return _u
+}
+
+// SetNillableScheduleStep sets the "schedule_step" field if the given value is not nil.
+func (_u *ParkedMessageUpdate) SetNillableScheduleStep(v *int) *ParkedMessageUpdate {
+	if v != nil {
+		_u.SetScheduleStep(*v)
+	}
+	return _u
+}
+
+// AddScheduleStep adds value to the "schedule_step" field.
+func (_u *ParkedMessageUpdate) AddScheduleStep(v int) *ParkedMessageUpdate {
+	_u.mutation.AddScheduleStep(v)
+	return _u
+}
+
 // SetNextAttemptAt sets the "next_attempt_at" field.
 func (_u *ParkedMessageUpdate) SetNextAttemptAt(v time.Time) *ParkedMessageUpdate {
 	_u.mutation.SetNextAttemptAt(v)
@@ -174,6 +195,12 @@ func (_u *ParkedMessageUpdate) sqlSave(ctx context.Context) (_node int, err erro
 	if value, ok := _u.mutation.AddedAttempts(); ok {
 		_spec.AddField(parkedmessage.FieldAttempts, field.TypeInt, value)
 	}
+	if value, ok := _u.mutation.ScheduleStep(); ok {
+		_spec.SetField(parkedmessage.FieldScheduleStep, field.TypeInt, value)
+	}
+	if value, ok := _u.mutation.AddedScheduleStep(); ok {
+		_spec.AddField(parkedmessage.FieldScheduleStep, field.TypeInt, value)
+	}
 	if value, ok := _u.mutation.NextAttemptAt(); ok {
 		_spec.SetField(parkedmessage.FieldNextAttemptAt, field.TypeTime, value)
 	}
@@ -248,6 +275,27 @@ func (_u *ParkedMessageUpdateOne) SetNillableAttempts(v *int) *ParkedMessageUpda
 // AddAttempts adds value to the "attempts" field.
 func (_u *ParkedMessageUpdateOne) AddAttempts(v int) *ParkedMessageUpdateOne {
 	_u.mutation.AddAttempts(v)
+	return _u
+}
+
+// SetScheduleStep sets the "schedule_step" field.
+func (_u *ParkedMessageUpdateOne) SetScheduleStep(v int) *ParkedMessageUpdateOne {
+	_u.mutation.ResetScheduleStep()
+	_u.mutation.SetScheduleStep(v)
+	return _u
+}
+
+// SetNillableScheduleStep sets the "schedule_step" field if the given value is not nil.
+func (_u *ParkedMessageUpdateOne) SetNillableScheduleStep(v *int) *ParkedMessageUpdateOne {
+	if v != nil {
+		_u.SetScheduleStep(*v)
+	}
+	return _u
+}
+
+// AddScheduleStep adds value to the "schedule_step" field.
+func (_u *ParkedMessageUpdateOne) AddScheduleStep(v int) *ParkedMessageUpdateOne {
+	_u.mutation.AddScheduleStep(v)
 	return _u
 }
 
@@ -376,6 +424,12 @@ func (_u *ParkedMessageUpdateOne) sqlSave(ctx context.Context) (_node *ParkedMes
 	}
 	if value, ok := _u.mutation.AddedAttempts(); ok {
 		_spec.AddField(parkedmessage.FieldAttempts, field.TypeInt, value)
+	}
+	if value, ok := _u.mutation.ScheduleStep(); ok {
+		_spec.SetField(parkedmessage.FieldScheduleStep, field.TypeInt, value)
+	}
+	if value, ok := _u.mutation.AddedScheduleStep(); ok {
+		_spec.AddField(parkedmessage.FieldScheduleStep, field.TypeInt, value)
 	}
 	if value, ok := _u.mutation.NextAttemptAt(); ok {
 		_spec.SetField(parkedmessage.FieldNextAttemptAt, field.TypeTime, value)

@@ -143,12 +143,16 @@ func init() {
 	leadevent.DefaultID = leadeventDescID.Default.(func() uuid.UUID)
 	parkedmessageFields := schema.ParkedMessage{}.Fields()
 	_ = parkedmessageFields
+	// parkedmessageDescScheduleStep is the schema descriptor for schedule_step field.
+	parkedmessageDescScheduleStep := parkedmessageFields[13].Descriptor()
+	// parkedmessage.DefaultScheduleStep holds the default value on creation for the schedule_step field.
+	parkedmessage.DefaultScheduleStep = parkedmessageDescScheduleStep.Default.(int)
 	// parkedmessageDescCreatedAt is the schema descriptor for created_at field.
-	parkedmessageDescCreatedAt := parkedmessageFields[14].Descriptor()
+	parkedmessageDescCreatedAt := parkedmessageFields[15].Descriptor()
 	// parkedmessage.DefaultCreatedAt holds the default value on creation for the created_at field.
 	parkedmessage.DefaultCreatedAt = parkedmessageDescCreatedAt.Default.(func() time.Time)
 	// parkedmessageDescUpdatedAt is the schema descriptor for updated_at field.
-	parkedmessageDescUpdatedAt := parkedmessageFields[15].Descriptor()
+	parkedmessageDescUpdatedAt := parkedmessageFields[16].Descriptor()
 	// parkedmessage.DefaultUpdatedAt holds the default value on creation for the updated_at field.
 	parkedmessage.DefaultUpdatedAt = parkedmessageDescUpdatedAt.Default.(func() time.Time)
 	// parkedmessageDescID is the schema descriptor for id field.

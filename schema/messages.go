@@ -53,7 +53,8 @@ func (ParkedMessage) Annotations() []schema.Annotation {
 	return []schema.Annotation{
 		entsql.Table("parked_messages"),
 		entsql.Checks(map[string]string{
-			"ck_parked_messages_attempts": "attempts >= 1",
+			"ck_parked_messages_attempts":      "attempts >= 1",
+			"ck_parked_messages_schedule_step": "schedule_step >= 0",
 		}),
 	}
 }
@@ -73,6 +74,8 @@ func (ParkedMessage) Fields() []ent.Field {
 		field.String("error_code").SchemaType(map[string]string{dialect.Postgres: "varchar(64)"}),
 		field.String("reason").SchemaType(text),
 		field.Int("attempts").Comment("Processing attempts so far, the first included."),
+		field.Int("schedule_step").Default(0).Annotations(entsql.Default("0")).
+			Comment("Retry-later retries used: the index of the next delay in the code's schedule."),
 		field.Time("next_attempt_at"),
 		createdAt(),
 		nowDefault("updated_at"),

@@ -216,6 +216,7 @@ var (
 		{Name: "error_code", Type: field.TypeString, SchemaType: map[string]string{"postgres": "varchar(64)"}},
 		{Name: "reason", Type: field.TypeString, SchemaType: map[string]string{"postgres": "text"}},
 		{Name: "attempts", Type: field.TypeInt},
+		{Name: "schedule_step", Type: field.TypeInt, Default: "0"},
 		{Name: "next_attempt_at", Type: field.TypeTime},
 		{Name: "created_at", Type: field.TypeTime, Default: schema.Expr("now()")},
 		{Name: "updated_at", Type: field.TypeTime, Default: schema.Expr("now()")},
@@ -234,7 +235,7 @@ var (
 			{
 				Name:    "ix_parked_messages_due",
 				Unique:  false,
-				Columns: []*schema.Column{ParkedMessagesColumns[1], ParkedMessagesColumns[13]},
+				Columns: []*schema.Column{ParkedMessagesColumns[1], ParkedMessagesColumns[14]},
 			},
 		},
 	}
@@ -339,7 +340,8 @@ func init() {
 		Table: "parked_messages",
 	}
 	ParkedMessagesTable.Annotation.Checks = map[string]string{
-		"ck_parked_messages_attempts": "attempts >= 1",
+		"ck_parked_messages_attempts":      "attempts >= 1",
+		"ck_parked_messages_schedule_step": "schedule_step >= 0",
 	}
 	ProcessedMessagesTable.Annotation = &entsql.Annotation{
 		Table: "processed_messages",

@@ -38,6 +38,8 @@ const (
 	FieldReason = "reason"
 	// FieldAttempts holds the string denoting the attempts field in the database.
 	FieldAttempts = "attempts"
+	// FieldScheduleStep holds the string denoting the schedule_step field in the database.
+	FieldScheduleStep = "schedule_step"
 	// FieldNextAttemptAt holds the string denoting the next_attempt_at field in the database.
 	FieldNextAttemptAt = "next_attempt_at"
 	// FieldCreatedAt holds the string denoting the created_at field in the database.
@@ -63,6 +65,7 @@ var Columns = []string{
 	FieldErrorCode,
 	FieldReason,
 	FieldAttempts,
+	FieldScheduleStep,
 	FieldNextAttemptAt,
 	FieldCreatedAt,
 	FieldUpdatedAt,
@@ -79,6 +82,8 @@ func ValidColumn(column string) bool {
 }
 
 var (
+	// DefaultScheduleStep holds the default value on creation for the "schedule_step" field.
+	DefaultScheduleStep int
 	// DefaultCreatedAt holds the default value on creation for the "created_at" field.
 	DefaultCreatedAt func() time.Time
 	// DefaultUpdatedAt holds the default value on creation for the "updated_at" field.
@@ -138,6 +143,11 @@ func ByReason(opts ...sql.OrderTermOption) OrderOption {
 // ByAttempts orders the results by the attempts field.
 func ByAttempts(opts ...sql.OrderTermOption) OrderOption {
 	return sql.OrderByField(FieldAttempts, opts...).ToFunc()
+}
+
+// ByScheduleStep orders the results by the schedule_step field.
+func ByScheduleStep(opts ...sql.OrderTermOption) OrderOption {
+	return sql.OrderByField(FieldScheduleStep, opts...).ToFunc()
 }
 
 // ByNextAttemptAt orders the results by the next_attempt_at field.

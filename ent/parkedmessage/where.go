@@ -110,6 +110,11 @@ func Attempts(v int) predicate.ParkedMessage {
 	return predicate.ParkedMessage(sql.FieldEQ(FieldAttempts, v))
 }
 
+// ScheduleStep applies equality check predicate on the "schedule_step" field. It's identical to ScheduleStepEQ.
+func ScheduleStep(v int) predicate.ParkedMessage {
+	return predicate.ParkedMessage(sql.FieldEQ(FieldScheduleStep, v))
+}
+
 // NextAttemptAt applies equality check predicate on the "next_attempt_at" field. It's identical to NextAttemptAtEQ.
 func NextAttemptAt(v time.Time) predicate.ParkedMessage {
 	return predicate.ParkedMessage(sql.FieldEQ(FieldNextAttemptAt, v))
@@ -718,6 +723,46 @@ func AttemptsLT(v int) predicate.ParkedMessage {
 // AttemptsLTE applies the LTE predicate on the "attempts" field.
 func AttemptsLTE(v int) predicate.ParkedMessage {
 	return predicate.ParkedMessage(sql.FieldLTE(FieldAttempts, v))
+}
+
+// ScheduleStepEQ applies the EQ predicate on the "schedule_step" field.
+func ScheduleStepEQ(v int) predicate.ParkedMessage {
+	return predicate.ParkedMessage(sql.FieldEQ(FieldScheduleStep, v))
+}
+
+// ScheduleStepNEQ applies the NEQ predicate on the "schedule_step" field.
+func ScheduleStepNEQ(v int) predicate.ParkedMessage {
+	return predicate.ParkedMessage(sql.FieldNEQ(FieldScheduleStep, v))
+}
+
+// ScheduleStepIn applies the In predicate on the "schedule_step" field.
+func ScheduleStepIn(vs ...int) predicate.ParkedMessage {
+	return predicate.ParkedMessage(sql.FieldIn(FieldScheduleStep, vs...))
+}
+
+// ScheduleStepNotIn applies the NotIn predicate on the "schedule_step" field.
+func ScheduleStepNotIn(vs ...int) predicate.ParkedMessage {
+	return predicate.ParkedMessage(sql.FieldNotIn(FieldScheduleStep, vs...))
+}
+
+// ScheduleStepGT applies the GT predicate on the "schedule_step" field.
+func ScheduleStepGT(v int) predicate.ParkedMessage {
+	return predicate.ParkedMessage(sql.FieldGT(FieldScheduleStep, v))
+}
+
+// ScheduleStepGTE applies the GTE predicate on the "schedule_step" field.
+func ScheduleStepGTE(v int) predicate.ParkedMessage {
+	return predicate.ParkedMessage(sql.FieldGTE(FieldScheduleStep, v))
+}
+
+// ScheduleStepLT applies the LT predicate on the "schedule_step" field.
+func ScheduleStepLT(v int) predicate.ParkedMessage {
+	return predicate.ParkedMessage(sql.FieldLT(FieldScheduleStep, v))
+}
+
+// ScheduleStepLTE applies the LTE predicate on the "schedule_step" field.
+func ScheduleStepLTE(v int) predicate.ParkedMessage {
+	return predicate.ParkedMessage(sql.FieldLTE(FieldScheduleStep, v))
 }
 
 // NextAttemptAtEQ applies the EQ predicate on the "next_attempt_at" field.
