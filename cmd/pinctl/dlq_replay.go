@@ -1,0 +1,355 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/confluentinc/confluent-kafka-go/v2/kafka"
+	"github.com/mattn/go-isatty"
+
+	"github.com/pin-platform/consumers/consumers/consumer"
+)
+
+// dlqReplayOptions are the arguments of `dlq replay`.
+type dlqReplayOptions struct {
+	Brokers, Topic string
+	Filter         dlqFilter
+	DryRun         bool
+	MaxReplays     int           // refuse a message whose x-replay-count is already ≥ this
+	Timeout        time.Duration // for every delivery to be confirmed
+	Now            func() time.Time
+}
+
+// replayCounts is what a replay did.
+type replayCounts struct {
+	Selected int // matched the filter
+	Replayed int // delivered to the source topic (would be, in a dry run)
+	Refused  int // replayed MaxReplays times already
+	Failed   int // not delivered, or not replayable (no source topic)
+}
+
+func (c replayCounts) String() string {
+	return fmt.Sprintf("selected %d, replayed %d, refused %d, failed %d", c.Selected, c.Replayed, c.Refused, c.Failed)
+}
+
+// replayJob is a selected DLQ message and the message it becomes.
+type replayJob struct {
+	from *dlqRecord
+	msg  *kafka.Message
+}
+
+// dropOnReplay reports whether a DLQ message's header is left out of the
+// replayed message: the DLQ's own headers (the consumer writes fresh ones
+// if the message fails again) and the replay headers being replaced.
+func dropOnReplay(key string) bool {
+	switch key {
+	case consumer.HeaderSourceTopic, consumer.HeaderConsumerGroup, consumer.HeaderAttempts,
+		headerReplayCount, headerReplayedAt:
+		return true
+	}
+	return strings.HasPrefix(key, "x-dlq-") || strings.HasPrefix(key, "x-original-")
+}
+
+// replayMessage builds the message a DLQ record is replayed as: its source
+// topic and original partition, the original key and value, the original
+// headers, x-replay-count = count and x-replayed-at = now.
+func replayMessage(r *dlqRecord, count int, now time.Time) (*kafka.Message, error) {
+	topic := r.header(consumer.HeaderSourceTopic)
+	if topic == "" {
+		return nil, fmt.Errorf("no %s header", consumer.HeaderSourceTopic)
+	}
+	p, err := strconv.ParseInt(r.header(consumer.HeaderOriginalPartition), 10, 32)
+	if err != nil || p < 0 {
+		return nil, fmt.Errorf("%s %q is not a partition", consumer.HeaderOriginalPartition, r.header(consumer.HeaderOriginalPartition))
+	}
+	hs := make([]kafka.Header, 0, len(r.Headers)+2)
+	for _, h := range r.Headers {
+		if !dropOnReplay(h.Key) {
+			hs = append(hs, h)
+		}
+	}
+	hs = append(hs,
+		kafka.Header{Key: headerReplayCount, Value: []byte(strconv.Itoa(count))},
+		kafka.Header{Key: headerReplayedAt, Value: []byte(now.UTC().Format(time.RFC3339))})
+	return &kafka.Message{
+		TopicPartition: kafka.TopicPartition{Topic: &topic, Partition: int32(p)},
+		Key:            r.Key,
+		Value:          r.Value,
+		Headers:        hs,
+	}, nil
+}
+
+// describeJob is one line about a DLQ message and where it goes.
+func describeJob(r *dlqRecord, m *kafka.Message) string {
+	id := "unreadable envelope"
+	if env, err := summarizeEnvelope(r.Value); err == nil {
+		id = "MessageId " + env.MessageID
+	}
+	s := fmt.Sprintf("p%d@%d %s (%s, key %s)", r.Partition, r.Offset, dlqOrDash(r.header(consumer.HeaderErrorCode)), id, dlqPrintable(r.Key))
+	if m != nil {
+		s += fmt.Sprintf(" → %s p%d", *m.TopicPartition.Topic, m.TopicPartition.Partition)
+	}
+	return s
+}
+
+// replayDLQ re-produces the selected messages of a DLQ topic to their
+// source topics (see replayMessage) with an idempotent producer (acks=all)
+// and waits for every delivery report. Lines about refused, failed and (in
+// a dry run) every message go to out; bar, when not nil, shows progress.
+// The error is nil when the read succeeded and every delivery was
+// confirmed; a refused message is not an error.
+func replayDLQ(ctx context.Context, o dlqReplayOptions, out io.Writer, bar *replayBar) (replayCounts, error) {
+	var c replayCounts
+	if o.MaxReplays < 1 {
+		return c, errors.New("dlq replay: max replays must be ≥ 1")
+	}
+	if o.Timeout <= 0 {
+		o.Timeout = time.Minute
+	}
+	now := time.Now
+	if o.Now != nil {
+		now = o.Now
+	}
+
+	// Select first: the counts are known before anything is produced, and
+	// a message replayed into a topic that is also read here (a DLQ whose
+	// source is itself) cannot be picked up twice.
+	var jobs []replayJob
+	err := readDLQ(ctx, o.Brokers, o.Topic, o.Filter, func(r *dlqRecord) bool {
+		c.Selected++
+		n, err := r.replayCount()
+		if err != nil {
+			c.Failed++
+			fmt.Fprintf(out, "failed   %s: %v\n", describeJob(r, nil), err)
+			return true
+		}
+		if n >= o.MaxReplays {
+			c.Refused++
+			fmt.Fprintf(out, "refused  %s: replayed %d time(s) already (--max-replays %d)\n", describeJob(r, nil), n, o.MaxReplays)
+			return true
+		}
+		m, err := replayMessage(r, n+1, now())
+		if err == nil && *m.TopicPartition.Topic == o.Topic {
+			err = errors.New("its source topic is the DLQ topic itself")
+		}
+		if err != nil {
+			c.Failed++
+			fmt.Fprintf(out, "failed   %s: cannot replay: %v\n", describeJob(r, nil), err)
+			return true
+		}
+		if o.DryRun {
+			fmt.Fprintf(out, "would replay %s (%s %d)\n", describeJob(r, m), headerReplayCount, n+1)
+		}
+		jobs = append(jobs, replayJob{from: r, msg: m})
+		return true
+	})
+	if err != nil {
+		return c, fmt.Errorf("dlq replay: %w", err)
+	}
+	if o.DryRun {
+		c.Replayed = len(jobs)
+		return c, nil
+	}
+	if len(jobs) == 0 {
+		return c, nil
+	}
+	delivered, failed, err := produceReplays(ctx, o.Brokers, jobs, o.Timeout, out, func(ok, bad int) {
+		if bar != nil {
+			bar.set(ok+bad, len(jobs), ok, c.Refused, c.Failed+bad)
+		}
+	})
+	c.Replayed += delivered
+	c.Failed += failed
+	if bar != nil {
+		bar.finish()
+	}
+	if err != nil {
+		return c, fmt.Errorf("dlq replay: %w", err)
+	}
+	return c, nil
+}
+
+// produceReplays produces jobs in order and waits for each delivery report
+// (within timeout). It returns how many were delivered and how many failed;
+// the error says the wait was cut short (ctx, timeout) or the producer
+// could not be created.
+func produceReplays(ctx context.Context, brokers string, jobs []replayJob, timeout time.Duration, out io.Writer, progress func(ok, bad int)) (ok, bad int, err error) {
+	p, err := kafka.NewProducer(&kafka.ConfigMap{
+		"bootstrap.servers":    brokers,
+		"enable.idempotence":   true,
+		"acks":                 "all",
+		"linger.ms":            5,
+		"message.timeout.ms":   int(timeout / time.Millisecond),
+		"log.connection.close": false,
+	})
+	if err != nil {
+		return 0, 0, err
+	}
+	defer p.Close()
+	go func() { // events not tied to a delivery channel: errors, logs
+		for ev := range p.Events() {
+			if e, isErr := ev.(kafka.Error); isErr && e.IsFatal() {
+				fmt.Fprintf(out, "producer: %v\n", e)
+			}
+		}
+	}()
+
+	reports := make(chan kafka.Event, len(jobs))
+	deadline := time.NewTimer(timeout + 5*time.Second) // librdkafka reports a timeout itself first
+	defer deadline.Stop()
+	pending := 0
+	report := func(ev kafka.Event) {
+		pending--
+		m, isMsg := ev.(*kafka.Message)
+		if !isMsg {
+			bad++
+			fmt.Fprintf(out, "failed   unexpected delivery event %v\n", ev)
+		} else if m.TopicPartition.Error != nil {
+			bad++
+			j, _ := m.Opaque.(*replayJob)
+			what := "a message"
+			if j != nil {
+				what = describeJob(j.from, j.msg)
+			}
+			fmt.Fprintf(out, "failed   %s: %v\n", what, m.TopicPartition.Error)
+		} else {
+			ok++
+		}
+		progress(ok, bad)
+	}
+	wait := func() error {
+		select {
+		case ev := <-reports:
+			report(ev)
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-deadline.C:
+			return fmt.Errorf("%d deliveries not confirmed within %s", pending, timeout)
+		}
+	}
+	for i := range jobs {
+		jobs[i].msg.Opaque = &jobs[i]
+		for {
+			perr := p.Produce(jobs[i].msg, reports)
+			if perr == nil {
+				pending++
+				break
+			}
+			var ke kafka.Error
+			if errors.As(perr, &ke) && ke.Code() == kafka.ErrQueueFull && pending > 0 {
+				if err := wait(); err != nil {
+					return ok, bad + pending, err
+				}
+				continue
+			}
+			bad++
+			fmt.Fprintf(out, "failed   %s: %v\n", describeJob(jobs[i].from, jobs[i].msg), perr)
+			progress(ok, bad)
+			break
+		}
+	}
+	for pending > 0 {
+		if err := wait(); err != nil {
+			return ok, bad + pending, err
+		}
+	}
+	return ok, bad, nil
+}
+
+// replayBar is a one-line progress bar redrawn in place on a terminal.
+type replayBar struct {
+	w      io.Writer
+	lastAt time.Time
+	drawn  bool
+}
+
+func newReplayBar(w io.Writer) *replayBar { return &replayBar{w: w} }
+
+func (b *replayBar) set(done, total, replayed, refused, failed int) {
+	now := time.Now()
+	if done < total && now.Sub(b.lastAt) < 100*time.Millisecond {
+		return
+	}
+	b.lastAt = now
+	const width = 30
+	fill := width
+	if total > 0 {
+		fill = width * done / total
+	}
+	fmt.Fprintf(b.w, "\r[%s%s] %d/%d  replayed %d  refused %d  failed %d ",
+		strings.Repeat("#", fill), strings.Repeat(".", width-fill), done, total, replayed, refused, failed)
+	b.drawn = true
+}
+
+func (b *replayBar) finish() {
+	if b.drawn {
+		fmt.Fprintln(b.w)
+	}
+}
+
+func dlqIsTerminal(f *os.File) bool {
+	return isatty.IsTerminal(f.Fd()) || isatty.IsCygwinTerminal(f.Fd())
+}
+
+func dlqReplayCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlags("dlq replay", "dlq replay --topic T [--brokers B] [--code C] [--since T|D] [--offset-range a-b] [--partition P] [--max-replays N] [--dry-run]",
+		"Re-produces the selected messages of a DLQ topic to their source topic\n"+
+			"(x-source-topic) and original partition (x-original-partition), with the\n"+
+			"original key, value and headers minus the x-dlq-*, x-original-*,\n"+
+			"x-source-topic, x-consumer-group and x-attempts headers, plus x-replay-count\n"+
+			"(previous + 1) and x-replayed-at. Idempotent producer, acks=all, every delivery\n"+
+			"confirmed. A message already replayed --max-replays times is refused (counted,\n"+
+			"not an error). Exit 1 when any delivery failed. Safe to repeat: the consumers\n"+
+			"are idempotent by MessageId.")
+	fs.SetOutput(stderr)
+	brokers := opBrokersFlag(fs)
+	topic := fs.String("topic", "", "DLQ topic (required), e.g. pin.crm.selections-dlq.v1")
+	ff := addDLQFilterFlags(fs)
+	dryRun := fs.Bool("dry-run", false, "print what would be replayed; produce nothing")
+	maxReplays := fs.Int("max-replays", 3, "refuse a message whose x-replay-count is already this or more")
+	timeout := fs.Duration("timeout", time.Minute, "how long to wait for every delivery to be confirmed")
+	if _, err := parseArgs(fs, args, 0, 0); err != nil {
+		return err
+	}
+	if err := opRequireFlag(fs, "brokers", *brokers); err != nil {
+		return err
+	}
+	if err := opRequireFlag(fs, "topic", *topic); err != nil {
+		return err
+	}
+	if *maxReplays < 1 {
+		return usageError("--max-replays: must be ≥ 1")
+	}
+	if *timeout <= 0 {
+		return usageError("--timeout: must be positive")
+	}
+	f, err := ff.filter(time.Now())
+	if err != nil {
+		return err
+	}
+	var bar *replayBar
+	if f, ok := stderr.(*os.File); ok && !*dryRun && dlqIsTerminal(f) {
+		bar = newReplayBar(stderr)
+	}
+	c, err := replayDLQ(ctx, dlqReplayOptions{Brokers: *brokers, Topic: *topic, Filter: f, DryRun: *dryRun,
+		MaxReplays: *maxReplays, Timeout: *timeout}, stdout, bar)
+	if *dryRun {
+		fmt.Fprintf(stdout, "dry run: selected %d, would replay %d, refused %d, failed %d\n", c.Selected, c.Replayed, c.Refused, c.Failed)
+	} else {
+		fmt.Fprintln(stdout, c)
+	}
+	if err != nil {
+		return err
+	}
+	if c.Failed > 0 {
+		return fmt.Errorf("dlq replay: %d message(s) failed", c.Failed)
+	}
+	return nil
+}

@@ -1,0 +1,441 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/confluentinc/confluent-kafka-go/v2/kafka"
+	"github.com/google/uuid"
+
+	"github.com/pin-platform/consumers/consumers/consumer"
+	"github.com/pin-platform/consumers/consumers/kafkatest"
+)
+
+const (
+	testSource = "pin.test.source.v1"
+	testDLQ    = "pin.test.source-dlq.v1"
+	testGroup  = "pin-test-group"
+)
+
+// deadLetter is a DLQ message as the runtime writes it (CONTRACT.md §5).
+type deadLetter struct {
+	dlqPartition int32
+	srcPartition int32
+	srcOffset    int64
+	code         string
+	attempts     int
+	at           time.Time
+	id           uuid.UUID // MessageId; uuid.Nil: a value that is not an envelope
+	key          string
+	extra        map[string]string // original headers, x-replay-count, …
+	noSource     bool              // without x-source-topic
+}
+
+func (d deadLetter) value() []byte {
+	if d.id == uuid.Nil {
+		return []byte("not json at all")
+	}
+	b, err := json.Marshal(map[string]any{
+		"MessageId": d.id.String(), "EventType": "pin.test.happened", "ContractVersion": 1,
+		"CreatedAt": "2026-11-30T10:00:00Z", "Payload": map[string]any{"N": 1},
+	})
+	if err != nil {
+		panic(err)
+	}
+	return b
+}
+
+func (d deadLetter) message() kafkatest.Message {
+	if d.at.IsZero() {
+		d.at = time.Now()
+	}
+	h := map[string]string{
+		consumer.HeaderReason:            "the " + d.code + " reason",
+		consumer.HeaderErrorCode:         d.code,
+		consumer.HeaderSourceTopic:       testSource,
+		consumer.HeaderOriginalPartition: strconv.Itoa(int(d.srcPartition)),
+		consumer.HeaderOriginalOffset:    strconv.FormatInt(d.srcOffset, 10),
+		consumer.HeaderConsumerGroup:     testGroup,
+		consumer.HeaderAttempts:          strconv.Itoa(d.attempts),
+		consumer.HeaderDLQAt:             d.at.UTC().Format(time.RFC3339),
+	}
+	if d.noSource {
+		delete(h, consumer.HeaderSourceTopic)
+	}
+	for k, v := range d.extra {
+		h[k] = v
+	}
+	return kafkatest.Message{Partition: d.dlqPartition, Key: []byte(d.key), Value: d.value(), Headers: h}
+}
+
+func newDLQCluster(t *testing.T, dls ...deadLetter) *kafkatest.Cluster {
+	t.Helper()
+	kc := kafkatest.NewCluster(t, map[string]int{testSource: 3, testDLQ: 3})
+	for _, d := range dls {
+		kc.Produce(t, testDLQ, d.message())
+	}
+	return kc
+}
+
+func TestDLQList(t *testing.T) {
+	t.Parallel()
+	a := deadLetter{dlqPartition: 0, srcPartition: 0, srcOffset: 17, code: "CODE_A", attempts: 4, at: time.Now().Add(-2 * time.Hour),
+		id: uuid.New(), key: uuid.NewString(), extra: map[string]string{"x-test-origin": "a"}}
+	b := deadLetter{dlqPartition: 0, srcPartition: 0, srcOffset: 18, code: consumer.EnvelopeInvalid.Name, attempts: 1, key: "k-b"}
+	c := deadLetter{dlqPartition: 1, srcPartition: 1, srcOffset: 3, code: "CODE_A", attempts: 7, id: uuid.New(), key: uuid.NewString(),
+		extra: map[string]string{headerReplayCount: "2", headerReplayedAt: "2026-12-01T08:00:00Z"}}
+	kc := newDLQCluster(t, a, b, c)
+
+	list := func(t *testing.T, f dlqFilter, limit int, asJSON bool) (string, int) {
+		t.Helper()
+		var out, sum bytes.Buffer
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		n, err := listDLQ(ctx, dlqListOptions{Brokers: kc.Bootstrap, Topic: testDLQ, Filter: f, Limit: limit, JSON: asJSON}, &out, &sum)
+		if err != nil {
+			t.Fatalf("listDLQ: %v", err)
+		}
+		if !strings.HasPrefix(sum.String(), strconv.Itoa(n)+" message(s)") {
+			t.Errorf("summary %q, want the count %d", sum.String(), n)
+		}
+		return out.String(), n
+	}
+	headings := func(out string) []string {
+		var hs []string
+		for _, l := range strings.Split(out, "\n") {
+			if strings.HasPrefix(l, "p") {
+				hs = append(hs, strings.Fields(l)[0])
+			}
+		}
+		return hs
+	}
+
+	t.Run("every message with its headers and envelope, to the high watermarks", func(t *testing.T) {
+		t.Parallel()
+		out, n := list(t, allDLQ(), 0, false)
+		if n != 3 || strings.Join(headings(out), " ") != "p0@0 p0@1 p1@0" {
+			t.Fatalf("listed %d messages %v, want p0@0 p0@1 p1@0:\n%s", n, headings(out), out)
+		}
+		for _, want := range []string{
+			"p0@0  CODE_A  attempts 4  dead-lettered " + a.at.UTC().Format(time.RFC3339),
+			"source    " + testSource + " p0@17 (group " + testGroup + ")",
+			"reason    the CODE_A reason",
+			"envelope  MessageId " + a.id.String() + "  EventType pin.test.happened  key " + a.key,
+			"p0@1  EVENT_ENVELOPE_INVALID  attempts 1",
+			"envelope  unreadable envelope (",
+			"key k-b",
+			"p1@0  CODE_A  attempts 7",
+			"replayed  2 time(s), last at 2026-12-01T08:00:00Z",
+		} {
+			if !strings.Contains(out, want) {
+				t.Errorf("output lacks %q:\n%s", want, out)
+			}
+		}
+	})
+
+	t.Run("--code selects one error code", func(t *testing.T) {
+		t.Parallel()
+		f := allDLQ()
+		f.Code = "CODE_A"
+		out, _ := list(t, f, 0, false)
+		if got := strings.Join(headings(out), " "); got != "p0@0 p1@0" {
+			t.Fatalf("listed %s, want p0@0 p1@0", got)
+		}
+	})
+
+	t.Run("--since selects by x-dlq-at", func(t *testing.T) {
+		t.Parallel()
+		f := allDLQ()
+		since, err := parseSince("1h", time.Now())
+		if err != nil {
+			t.Fatal(err)
+		}
+		f.Since = since
+		out, _ := list(t, f, 0, false)
+		if got := strings.Join(headings(out), " "); got != "p0@1 p1@0" {
+			t.Fatalf("listed %s, want p0@1 p1@0 (p0@0 is 2 h old)", got)
+		}
+	})
+
+	t.Run("--limit stops early", func(t *testing.T) {
+		t.Parallel()
+		out, n := list(t, allDLQ(), 1, false)
+		if n != 1 || len(headings(out)) != 1 {
+			t.Fatalf("listed %d, want 1:\n%s", n, out)
+		}
+	})
+
+	t.Run("--partition and --offset-range", func(t *testing.T) {
+		t.Parallel()
+		f := allDLQ()
+		f.Partition, f.From, f.To = 0, 1, 1
+		out, _ := list(t, f, 0, false)
+		if got := strings.Join(headings(out), " "); got != "p0@1" {
+			t.Fatalf("listed %s, want p0@1", got)
+		}
+	})
+
+	t.Run("--json prints one object per line", func(t *testing.T) {
+		t.Parallel()
+		out, _ := list(t, allDLQ(), 0, true)
+		var es []dlqEntry
+		sc := bufio.NewScanner(strings.NewReader(out))
+		for sc.Scan() {
+			var e dlqEntry
+			if err := json.Unmarshal(sc.Bytes(), &e); err != nil {
+				t.Fatalf("line %q: %v", sc.Text(), err)
+			}
+			es = append(es, e)
+		}
+		if len(es) != 3 {
+			t.Fatalf("%d JSON lines, want 3:\n%s", len(es), out)
+		}
+		e := es[0]
+		if e.Code != "CODE_A" || e.Attempts == nil || *e.Attempts != 4 || e.SourceTopic != testSource ||
+			e.SourcePartition == nil || *e.SourcePartition != 0 || e.SourceOffset == nil || *e.SourceOffset != 17 ||
+			e.ConsumerGroup != testGroup || e.Envelope == nil || e.Envelope.MessageID != a.id.String() ||
+			e.Key != a.key || e.Headers["x-test-origin"] != "a" {
+			t.Errorf("first entry %+v", e)
+		}
+		if es[1].Envelope != nil || es[1].EnvelopeError == "" {
+			t.Errorf("second entry: envelope %+v, error %q; want unreadable", es[1].Envelope, es[1].EnvelopeError)
+		}
+		if es[2].ReplayCount != 2 {
+			t.Errorf("third entry: replay count %d, want 2", es[2].ReplayCount)
+		}
+	})
+
+	t.Run("the command line", func(t *testing.T) {
+		t.Parallel()
+		var out, errOut bytes.Buffer
+		err := dlqListCmd(context.Background(), []string{"--brokers", kc.Bootstrap, "--topic", testDLQ, "--code", "CODE_A", "--since", "3h"}, &out, &errOut)
+		if err != nil {
+			t.Fatalf("dlq list: %v\n%s", err, errOut.String())
+		}
+		if got := strings.Join(headings(out.String()), " "); got != "p0@0 p1@0" || !strings.Contains(out.String(), "2 message(s) of "+testDLQ) {
+			t.Fatalf("listed %s:\n%s", got, out.String())
+		}
+	})
+
+	t.Run("an unknown topic is an error", func(t *testing.T) {
+		t.Parallel()
+		var out bytes.Buffer
+		_, err := listDLQ(context.Background(), dlqListOptions{Brokers: kc.Bootstrap, Topic: "pin.nope.v1", Filter: allDLQ()}, &out, &out)
+		if err == nil || !strings.Contains(err.Error(), "does not exist") {
+			t.Fatalf("error %v, want the topic does not exist", err)
+		}
+	})
+}
+
+func TestDLQFlags(t *testing.T) {
+	t.Parallel()
+	now := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
+	ranges := []struct {
+		in       string
+		from, to int64
+		bad      bool
+	}{
+		{"3-9", 3, 9, false}, {"3-", 3, -1, false}, {"-9", -1, 9, false}, {"4-4", 4, 4, false},
+		{"9-3", 0, 0, true}, {"-", 0, 0, true}, {"x-1", 0, 0, true}, {"5", 0, 0, true},
+	}
+	for _, r := range ranges {
+		from, to, err := parseOffsetRange(r.in)
+		if (err != nil) != r.bad || (!r.bad && (from != r.from || to != r.to)) {
+			t.Errorf("parseOffsetRange(%q) = %d, %d, %v", r.in, from, to, err)
+		}
+	}
+	if got, err := parseSince("90m", now); err != nil || !got.Equal(now.Add(-90*time.Minute)) {
+		t.Errorf("parseSince(90m) = %v, %v", got, err)
+	}
+	if got, err := parseSince("2026-11-30T10:00:00Z", now); err != nil || !got.Equal(time.Date(2026, 11, 30, 10, 0, 0, 0, time.UTC)) {
+		t.Errorf("parseSince(RFC 3339) = %v, %v", got, err)
+	}
+	for _, bad := range []string{"yesterday", "-1h", "0s"} {
+		if _, err := parseSince(bad, now); err == nil {
+			t.Errorf("parseSince(%q) accepted", bad)
+		}
+	}
+	for _, args := range [][]string{
+		{"--brokers", "b"},                                    // no topic
+		{"--topic", "t", "--brokers", ""},                     // no brokers
+		{"--brokers", "b", "--topic", "t", "--since", "soon"}, // bad since
+		{"--brokers", "b", "--topic", "t", "--max-replays", "0"},
+		{"--brokers", "b", "--topic", "t", "--offset-range", "7"},
+	} {
+		err := dlqReplayCmd(context.Background(), args, new(bytes.Buffer), new(bytes.Buffer))
+		var ue usageError
+		if !errors.As(err, &ue) {
+			t.Errorf("dlq replay %q: error %v, want a usage error", args, err)
+		}
+	}
+}
+
+// readSource reads the n messages of the source topic (failing if there
+// are more or fewer).
+func readSource(t *testing.T, kc *kafkatest.Cluster, n int) []*kafka.Message {
+	t.Helper()
+	if got := kc.Count(t, testSource); got != n {
+		t.Fatalf("source topic holds %d messages, want %d", got, n)
+	}
+	if n == 0 {
+		return nil
+	}
+	ms := kc.ReadAll(t, testSource, n, 30*time.Second)
+	if len(ms) != n {
+		t.Fatalf("read %d messages of the source topic, want %d", len(ms), n)
+	}
+	return ms
+}
+
+func replay(t *testing.T, kc *kafkatest.Cluster, o dlqReplayOptions) (replayCounts, string, error) {
+	t.Helper()
+	o.Brokers, o.Topic = kc.Bootstrap, testDLQ
+	if o.MaxReplays == 0 {
+		o.MaxReplays = 3
+	}
+	if o.Filter == (dlqFilter{}) {
+		o.Filter = allDLQ()
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 45*time.Second)
+	defer cancel()
+	var out bytes.Buffer
+	c, err := replayDLQ(ctx, o, &out, nil)
+	return c, out.String(), err
+}
+
+func TestDLQReplay(t *testing.T) {
+	t.Parallel()
+
+	t.Run("to the source topic and original partition, with the original key, value and headers", func(t *testing.T) {
+		t.Parallel()
+		d := deadLetter{dlqPartition: 1, srcPartition: 2, srcOffset: 40, code: "CODE_A", attempts: 4, id: uuid.New(), key: uuid.NewString(),
+			extra: map[string]string{"x-test-origin": "a", "traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"}}
+		kc := newDLQCluster(t, d)
+		at := time.Date(2026, 12, 1, 9, 30, 0, 0, time.UTC)
+		c, out, err := replay(t, kc, dlqReplayOptions{Now: func() time.Time { return at }})
+		if err != nil || c != (replayCounts{Selected: 1, Replayed: 1}) {
+			t.Fatalf("replay: %v, %v\n%s", c, err, out)
+		}
+		m := readSource(t, kc, 1)[0]
+		want := d.message()
+		if m.TopicPartition.Partition != 2 || !bytes.Equal(m.Key, want.Key) || !bytes.Equal(m.Value, want.Value) {
+			t.Fatalf("replayed to partition %d with key %q value %s; want partition 2, the original key and value",
+				m.TopicPartition.Partition, m.Key, m.Value)
+		}
+		got := map[string]string{}
+		for _, h := range m.Headers {
+			if _, dup := got[h.Key]; dup {
+				t.Errorf("header %s twice", h.Key)
+			}
+			got[h.Key] = string(h.Value)
+		}
+		wantHeaders := map[string]string{
+			"x-test-origin":   "a",
+			"traceparent":     d.extra["traceparent"],
+			headerReplayCount: "1",
+			headerReplayedAt:  "2026-12-01T09:30:00Z",
+		}
+		if len(got) != len(wantHeaders) {
+			t.Errorf("headers %v, want exactly %v", got, wantHeaders)
+		}
+		for k, v := range wantHeaders {
+			if got[k] != v {
+				t.Errorf("header %s = %q, want %q", k, got[k], v)
+			}
+		}
+	})
+
+	t.Run("x-replay-count goes up by one; past --max-replays the message is refused", func(t *testing.T) {
+		t.Parallel()
+		once := deadLetter{dlqPartition: 0, srcPartition: 1, code: "CODE_A", id: uuid.New(), key: "once", extra: map[string]string{headerReplayCount: "1"}}
+		spent := deadLetter{dlqPartition: 0, srcPartition: 1, code: "CODE_A", id: uuid.New(), key: "spent", extra: map[string]string{headerReplayCount: "3"}}
+		kc := newDLQCluster(t, once, spent)
+		c, out, err := replay(t, kc, dlqReplayOptions{MaxReplays: 3})
+		if err != nil || c != (replayCounts{Selected: 2, Replayed: 1, Refused: 1}) {
+			t.Fatalf("replay: %v, %v\n%s", c, err, out)
+		}
+		if !strings.Contains(out, "refused  p0@1 CODE_A") || !strings.Contains(out, "replayed 3 time(s) already") {
+			t.Errorf("output does not name the refused message:\n%s", out)
+		}
+		m := readSource(t, kc, 1)[0]
+		if string(m.Key) != "once" || kafkatest.Header(m, headerReplayCount) != "2" {
+			t.Fatalf("replayed %q with x-replay-count %q, want once with 2", m.Key, kafkatest.Header(m, headerReplayCount))
+		}
+		// With a higher limit the spent one goes too.
+		c, out, err = replay(t, kc, dlqReplayOptions{MaxReplays: 4, Filter: dlqFilter{Partition: 0, From: 1, To: 1}})
+		if err != nil || c != (replayCounts{Selected: 1, Replayed: 1}) {
+			t.Fatalf("replay with --max-replays 4: %v, %v\n%s", c, err, out)
+		}
+		if ms := readSource(t, kc, 2); kafkatest.Header(ms[1], headerReplayCount) != "4" {
+			t.Fatalf("x-replay-count %q, want 4", kafkatest.Header(ms[1], headerReplayCount))
+		}
+	})
+
+	t.Run("a dry run produces nothing", func(t *testing.T) {
+		t.Parallel()
+		d := deadLetter{dlqPartition: 2, srcPartition: 2, srcOffset: 5, code: "CODE_A", id: uuid.New(), key: "k"}
+		kc := newDLQCluster(t, d, d)
+		c, out, err := replay(t, kc, dlqReplayOptions{DryRun: true})
+		if err != nil || c != (replayCounts{Selected: 2, Replayed: 2}) {
+			t.Fatalf("dry run: %v, %v\n%s", c, err, out)
+		}
+		if n := strings.Count(out, "would replay p2@"); n != 2 || !strings.Contains(out, "→ "+testSource+" p2") {
+			t.Errorf("dry run output:\n%s", out)
+		}
+		readSource(t, kc, 0)
+	})
+
+	t.Run("--code, --partition and --offset-range select", func(t *testing.T) {
+		t.Parallel()
+		var dls []deadLetter
+		for i := range 5 {
+			dls = append(dls, deadLetter{dlqPartition: 0, srcPartition: 0, code: "CODE_A", id: uuid.New(), key: fmt.Sprint("a", i)})
+		}
+		dls = append(dls,
+			deadLetter{dlqPartition: 0, srcPartition: 0, code: "CODE_B", id: uuid.New(), key: "b5"},
+			deadLetter{dlqPartition: 1, srcPartition: 1, code: "CODE_A", id: uuid.New(), key: "other partition"})
+		kc := newDLQCluster(t, dls...)
+		f := dlqFilter{Code: "CODE_A", Partition: 0, From: 2, To: 5}
+		c, out, err := replay(t, kc, dlqReplayOptions{Filter: f})
+		if err != nil || c != (replayCounts{Selected: 3, Replayed: 3}) {
+			t.Fatalf("replay: %v, %v\n%s", c, err, out)
+		}
+		var keys []string
+		for _, m := range readSource(t, kc, 3) {
+			keys = append(keys, string(m.Key))
+		}
+		if strings.Join(keys, " ") != "a2 a3 a4" {
+			t.Fatalf("replayed %v, want a2 a3 a4 in order", keys)
+		}
+	})
+
+	t.Run("a failed delivery or a message without its source is counted and the command fails", func(t *testing.T) {
+		t.Parallel()
+		kc := newDLQCluster(t,
+			deadLetter{dlqPartition: 0, srcPartition: 0, code: "CODE_A", id: uuid.New(), key: "fine"},
+			deadLetter{dlqPartition: 0, srcPartition: 7, code: "CODE_A", id: uuid.New(), key: "no such partition"},
+			deadLetter{dlqPartition: 0, srcPartition: 0, code: "CODE_A", id: uuid.New(), key: "no source", noSource: true})
+		var out, errOut bytes.Buffer
+		err := dlqReplayCmd(context.Background(), []string{"--brokers", kc.Bootstrap, "--topic", testDLQ, "--timeout", "5s"}, &out, &errOut)
+		if err == nil || exitCode(new(bytes.Buffer), err) != 1 {
+			t.Fatalf("dlq replay: error %v, want exit 1\n%s", err, out.String())
+		}
+		if !strings.Contains(out.String(), "selected 3, replayed 1, refused 0, failed 2") {
+			t.Errorf("counts missing:\n%s", out.String())
+		}
+		if !strings.Contains(out.String(), "no x-source-topic header") {
+			t.Errorf("the message without a source is not named:\n%s", out.String())
+		}
+		if m := readSource(t, kc, 1)[0]; string(m.Key) != "fine" {
+			t.Errorf("replayed %q, want fine", m.Key)
+		}
+	})
+}
