@@ -99,6 +99,35 @@ func TestDecodeEnvelope(t *testing.T) {
 	}
 }
 
+func TestDecodeEnvelopeIsLenientBeyondMessageId(t *testing.T) {
+	const id = `"MessageId":"6f1c2b9e-1111-4222-8333-444455556666"`
+	cases := []struct {
+		name    string
+		value   string
+		version int
+		problem bool
+	}{
+		{"ContractVersion as a string", `{` + id + `,"ContractVersion":"1"}`, 1, false},
+		{"ContractVersion unreadable", `{` + id + `,"ContractVersion":{}}`, 0, false},
+		{"AggregateId a number", `{` + id + `,"AggregateId":42}`, 0, false},
+		{"CreatedAt not RFC 3339", `{` + id + `,"CreatedAt":"2026-11-30 10:00:00"}`, 0, true},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			e, err := DecodeEnvelope([]byte(c.value))
+			if err != nil {
+				t.Fatalf("readable envelope refused: %v", err)
+			}
+			if e.ContractVersion != c.version || (e.Problem() != nil) != c.problem {
+				t.Fatalf("version %d problem %v", e.ContractVersion, e.Problem())
+			}
+		})
+	}
+	if _, err := DecodeEnvelope([]byte(`{` + id + `,"EventType":7}`)); err == nil {
+		t.Fatal("an EventType that is not a string cannot be routed: envelope invalid")
+	}
+}
+
 func TestDecodePayloadErrorsCarryTheServiceCode(t *testing.T) {
 	code := Code{Name: "SVC_INVALID", Class: Invalid}
 	type P struct{ N int }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/google/uuid"
@@ -21,52 +22,100 @@ type Envelope struct {
 	AggregateID     string
 	AggregateType   string
 	Payload         json.RawMessage
-}
 
-type wireEnvelope struct {
-	MessageID       string          `json:"MessageId"`
-	EventType       string          `json:"EventType"`
-	ContractVersion int             `json:"ContractVersion"`
-	CreatedAt       *time.Time      `json:"CreatedAt"`
-	AggregateID     string          `json:"AggregateId"`
-	AggregateType   string          `json:"AggregateType"`
-	Payload         json.RawMessage `json:"Payload"`
+	problem error // a member that could not be read (see Problem)
 }
 
 // DecodeEnvelope reads a message value. A value that is not a JSON object, a
-// tombstone, or an envelope without a valid MessageId is an
-// EVENT_ENVELOPE_INVALID error.
+// tombstone, or an envelope without a valid MessageId (or with an EventType
+// that is not a string, so that it cannot be routed) is an
+// EVENT_ENVELOPE_INVALID error. Any other member that cannot be read leaves
+// the envelope readable: ContractVersion becomes 0 (a mismatch, warned about)
+// and a CreatedAt that is not RFC 3339 is reported by Problem, which the
+// runtime dead-letters with the service's own invalid code.
 func DecodeEnvelope(value []byte) (Envelope, error) {
 	v := bytes.TrimSpace(value)
+	if value == nil {
+		return Envelope{}, EnvelopeInvalid.Errorf("null value (tombstone)")
+	}
 	if len(v) == 0 || v[0] != '{' {
-		if value == nil {
-			return Envelope{}, EnvelopeInvalid.Errorf("null value (tombstone)")
-		}
 		return Envelope{}, EnvelopeInvalid.Errorf("value is not a JSON object")
 	}
-	var w wireEnvelope
-	if err := json.Unmarshal(v, &w); err != nil {
+	var members map[string]json.RawMessage
+	if err := json.Unmarshal(v, &members); err != nil {
 		return Envelope{}, EnvelopeInvalid.Errorf("unreadable envelope: %v", err)
 	}
-	if w.MessageID == "" {
+	get := func(name string) (json.RawMessage, bool) {
+		if raw, ok := members[name]; ok {
+			return raw, true
+		}
+		for k, raw := range members {
+			if strings.EqualFold(k, name) {
+				return raw, true
+			}
+		}
+		return nil, false
+	}
+	var e Envelope
+	raw, ok := get("MessageId")
+	if !ok || isNull(raw) {
 		return Envelope{}, EnvelopeInvalid.Errorf("MessageId is missing")
 	}
-	id, err := uuid.Parse(w.MessageID)
-	if err != nil || id == uuid.Nil {
-		return Envelope{}, EnvelopeInvalid.Errorf("MessageId %q is not a UUID", w.MessageID)
+	var id string
+	if err := json.Unmarshal(raw, &id); err != nil {
+		return Envelope{}, EnvelopeInvalid.Errorf("MessageId %s is not a UUID string", abbreviate(string(raw), 64))
 	}
-	e := Envelope{
-		MessageID:       id,
-		EventType:       w.EventType,
-		ContractVersion: w.ContractVersion,
-		AggregateID:     w.AggregateID,
-		AggregateType:   w.AggregateType,
-		Payload:         w.Payload,
+	parsed, err := uuid.Parse(id)
+	if err != nil || parsed == uuid.Nil {
+		return Envelope{}, EnvelopeInvalid.Errorf("MessageId %q is not a UUID", abbreviate(id, 64))
 	}
-	if w.CreatedAt != nil {
-		e.CreatedAt = *w.CreatedAt
+	e.MessageID = parsed
+	if raw, ok := get("EventType"); ok && !isNull(raw) {
+		if err := json.Unmarshal(raw, &e.EventType); err != nil {
+			return Envelope{}, EnvelopeInvalid.Errorf("EventType %s is not a string", abbreviate(string(raw), 64))
+		}
+	}
+	if raw, ok := get("ContractVersion"); ok && !isNull(raw) {
+		var n json.Number
+		if json.Unmarshal(raw, &n) == nil || json.Unmarshal(bytes.Trim(raw, `"`), &n) == nil {
+			if i, err := n.Int64(); err == nil {
+				e.ContractVersion = int(i)
+			}
+		}
+	}
+	if raw, ok := get("CreatedAt"); ok && !isNull(raw) {
+		var t time.Time
+		if err := json.Unmarshal(raw, &t); err != nil {
+			e.problem = fmt.Errorf("CreatedAt %s is not an RFC 3339 time", abbreviate(string(raw), 64))
+		}
+		e.CreatedAt = t
+	}
+	if raw, ok := get("AggregateId"); ok && !isNull(raw) {
+		var s string
+		if json.Unmarshal(raw, &s) != nil {
+			s = string(raw)
+		}
+		e.AggregateID = s
+	}
+	if raw, ok := get("AggregateType"); ok && !isNull(raw) {
+		_ = json.Unmarshal(raw, &e.AggregateType)
+	}
+	if raw, ok := get("Payload"); ok {
+		e.Payload = raw
 	}
 	return e, nil
+}
+
+// Problem reports a member of a readable envelope that could not be read.
+func (e Envelope) Problem() error { return e.problem }
+
+func isNull(raw json.RawMessage) bool { return bytes.Equal(bytes.TrimSpace(raw), []byte("null")) }
+
+func abbreviate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return strings.ToValidUTF8(s[:n], "") + "…"
 }
 
 // DecodePayload decodes the message's Payload into a P. A payload that is

@@ -5,10 +5,14 @@ import (
 	"database/sql/driver"
 	"errors"
 	"fmt"
+	"io"
 	"net"
+	"syscall"
 	"time"
 
 	"github.com/lib/pq"
+
+	"github.com/pin-platform/consumers/ent"
 )
 
 // Class says how the runtime treats a failed message. One table (policy in
@@ -104,6 +108,9 @@ func classify(err error, invalid Code) (Code, bool) {
 	if c, ok := CodeOf(err); ok {
 		return c, true
 	}
+	if ent.IsValidationError(err) { // a value ent's validators refuse
+		return invalid, true
+	}
 	var pqErr *pq.Error
 	if errors.As(err, &pqErr) {
 		switch pqErr.Code.Class() {
@@ -119,7 +126,9 @@ func classify(err error, invalid Code) (Code, bool) {
 // way (retry with backoff, never drop), but these are expected and logged at
 // a lower level.
 func isInfrastructure(err error) bool {
-	if errors.Is(err, driver.ErrBadConn) || errors.Is(err, context.DeadlineExceeded) {
+	if errors.Is(err, driver.ErrBadConn) || errors.Is(err, context.DeadlineExceeded) ||
+		errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, syscall.ECONNRESET) ||
+		errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.EPIPE) {
 		return true
 	}
 	var ne net.Error

@@ -5,6 +5,7 @@ import (
 	stdsql "database/sql"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	entsql "entgo.io/ent/dialect/sql"
@@ -26,18 +27,25 @@ import (
 // out of line (self-sufficient versioned snapshots, append-only feeds);
 // a consumer whose order matters sets Service.Blocking instead.
 
-// park stores the message for a later retry and acknowledges it.
-func (w *worker) park(it *item, code Code, cause error) bool {
+// park stores the message for a later retry and acknowledges it. step is
+// the number of retry-later retries used with this one; delay is the wait
+// before it.
+func (w *worker) park(it *item, code Code, cause error, step int, delay time.Duration) bool {
 	r := w.r
 	infra := newInfraBackoff()
-	next := time.Now().Add(r.cfg.scale(code.Backoff[0]))
+	next := time.Now().Add(delay)
 	for {
-		err := r.parkRow(w.ctx, it, code, cause, next)
+		err := r.parkRow(w.ctx, it, code, cause, step, next)
 		if err == nil {
 			break
 		}
 		if w.ctx.Err() != nil {
 			return false
+		}
+		if c, ok := classify(err, r.svc.InvalidCode); ok && c.Class == Invalid {
+			// The row cannot be written (a value PostgreSQL refuses): the
+			// message cannot wait, it goes to the DLQ with its own code.
+			return w.deadLetter(it, code, cause, it.attempts)
 		}
 		d := r.cfg.scale(infra.NextBackOff())
 		r.m.retry(Infrastructure, code.Name)
@@ -49,15 +57,23 @@ func (w *worker) park(it *item, code Code, cause error) bool {
 	r.m.parked.WithLabelValues(code.Name).Inc()
 	r.m.retry(RetryLater, code.Name)
 	it.outcome = Parked
-	it.dropHooks() // the attempt rolled back: keep its log fields, not its hooks
-	r.logFor(it).Info().Str("code", code.Name).Str("reason", cause.Error()).Time("next_attempt_at", next).
-		Int("attempts", it.attempts).Msg("retry-later")
-	r.finish(it, nil)
+	it.dropHooks()
+	if c, ok := CodeOf(cause); !ok || c.Name != code.Name {
+		cause = &Error{Code: code, Err: cause}
+	}
+	r.finish(it, cause)
 	w.ack(it.km.TopicPartition.Offset)
 	return true
 }
 
-func (r *Runtime) parkRow(ctx context.Context, it *item, code Code, cause error, next time.Time) error {
+// cleanText makes s storable as PostgreSQL text: valid UTF-8, no NUL, and
+// at most 2000 bytes.
+func cleanText(s string) string {
+	s = strings.ReplaceAll(strings.ToValidUTF8(s, "?"), "\x00", "")
+	return abbreviate(s, 2000)
+}
+
+func (r *Runtime) parkRow(ctx context.Context, it *item, code Code, cause error, step int, next time.Time) error {
 	hs := make([]schema.Header, len(it.km.Headers))
 	for i, h := range it.km.Headers {
 		hs[i] = schema.Header{Key: h.Key, Value: h.Value}
@@ -69,10 +85,11 @@ func (r *Runtime) parkRow(ctx context.Context, it *item, code Code, cause error,
 		SetOffset(int64(it.km.TopicPartition.Offset)).
 		SetHeaders(hs).
 		SetMessageID(it.msg.MessageID).
-		SetEventType(it.msg.EventType).
+		SetEventType(cleanText(it.msg.EventType)).
 		SetErrorCode(code.Name).
-		SetReason(cause.Error()).
+		SetReason(cleanText(cause.Error())).
 		SetAttempts(it.attempts).
+		SetScheduleStep(step).
 		SetNextAttemptAt(next)
 	if it.km.Key != nil {
 		c.SetKey(it.km.Key)
@@ -128,7 +145,10 @@ func (r *Runtime) redriveLoop(ctx context.Context) {
 // redriveOne runs the oldest due parked message of the group, if any, and
 // reports whether there was one. Its row stays locked for the attempt; the
 // handler runs under a savepoint so that a failed attempt can still
-// reschedule or remove the row in the same transaction.
+// reschedule or remove the row in the same transaction. A row whose attempt
+// fails for a reason the runtime cannot act on (the database went away, an
+// unexpected error) is pushed back by the infrastructure backoff in a
+// statement of its own, so that it never holds up the rows behind it.
 func (r *Runtime) redriveOne(ctx context.Context) (bool, error) {
 	tx, err := r.client.Tx(ctx)
 	if err != nil {
@@ -148,119 +168,131 @@ func (r *Runtime) redriveOne(ctx context.Context) (bool, error) {
 		return false, err
 	}
 	it := r.prepare(parkedToKafka(row))
+	defer it.span.End() // no-op once finished
+	fail := func(err error) (bool, error) {
+		_ = tx.Rollback()
+		r.postpone(ctx, row, it.attempts, err)
+		return true, err
+	}
 	if it.msg == nil || !it.routed { // cannot happen for a row we parked; never loop on it
-		if err := r.dlq.send(ctx, it.km, EnvelopeInvalid, "parked message cannot be routed", row.Attempts); err != nil {
-			return true, err
-		}
-		if err := tx.ParkedMessage.DeleteOne(row).Exec(ctx); err != nil {
-			return true, err
-		}
-		return true, tx.Commit()
+		return r.redriveDeadLetter(ctx, tx, row, it, EnvelopeInvalid, errors.New("parked message cannot be routed"))
 	}
 	it.attempts = row.Attempts
-	retried := 0
+	t := newTally()
+	t.step = row.ScheduleStep
 	for {
 		it.attempts++
 		out, err := r.redriveAttempt(ctx, tx, it)
 		if err == nil {
 			if err := tx.ParkedMessage.DeleteOne(row).Exec(ctx); err != nil {
-				return true, err
+				return fail(err)
 			}
 			if err := tx.Commit(); err != nil {
-				return true, err
+				return fail(err)
 			}
 			it.outcome = out
 			r.finish(it, nil)
 			return true, nil
 		}
-		code, known := classify(err, r.svc.InvalidCode)
-		if !known || code.Class == Infrastructure {
-			it.span.End()
-			return true, err
+		if ctx.Err() != nil {
+			return true, ctx.Err()
 		}
-		if code.Class == RetryNow && retried < r.svc.retryNow() {
-			retried++
-			r.m.retry(RetryNow, code.Name)
+		act, code, d := r.decide(ctx, err, t, true)
+		switch act {
+		case actRetry:
+			r.m.retry(code.Class, code.Name)
 			continue
-		}
-		if code.Class == RetryLater {
-			if n := it.attempts - 1; n < len(code.Backoff) {
-				next := time.Now().Add(r.cfg.scale(code.Backoff[n]))
-				if err := tx.ParkedMessage.UpdateOne(row).
-					SetAttempts(it.attempts).
-					SetNextAttemptAt(next).
-					SetErrorCode(code.Name).
-					SetReason(err.Error()).
-					SetUpdatedAt(time.Now()).
-					Exec(ctx); err != nil {
-					return true, err
-				}
-				if err := tx.Commit(); err != nil {
-					return true, err
-				}
-				r.m.retry(RetryLater, code.Name)
-				r.logFor(it).Info().Str("code", code.Name).Str("reason", err.Error()).
-					Int("attempts", it.attempts).Time("next_attempt_at", next).Msg("retry-later")
-				it.span.End()
-				return true, nil
+		case actWait: // infrastructure or unexpected: back off this row only
+			return fail(err)
+		case actPark:
+			next := time.Now().Add(d)
+			if uerr := tx.ParkedMessage.UpdateOne(row).
+				SetAttempts(it.attempts).
+				SetScheduleStep(t.step).
+				SetNextAttemptAt(next).
+				SetErrorCode(code.Name).
+				SetReason(cleanText(err.Error())).
+				SetUpdatedAt(time.Now()).
+				Exec(ctx); uerr != nil {
+				return fail(uerr)
 			}
+			if cerr := tx.Commit(); cerr != nil {
+				return fail(cerr)
+			}
+			r.m.retry(RetryLater, code.Name)
+			r.logFor(it).Info().Str("code", code.Name).Str("reason", err.Error()).
+				Int("attempts", it.attempts).Time("next_attempt_at", next).Msg("retry-later")
+			return true, nil
+		case actDeadLetter:
+			return r.redriveDeadLetter(ctx, tx, row, it, code, err)
 		}
-		// Invalid, retry-now spent, or retry-later schedule spent.
-		if err := r.dlq.send(ctx, it.km, code, err.Error(), it.attempts); err != nil {
-			it.span.End()
-			return true, err
-		}
-		if err := tx.ParkedMessage.DeleteOne(row).Exec(ctx); err != nil {
-			return true, err
-		}
-		if err := tx.Commit(); err != nil {
-			return true, err
-		}
-		r.m.deadLettered(code.Name)
-		it.outcome = DeadLettered
-		it.dropHooks() // the attempt rolled back: keep its log fields, not its hooks
-		if _, ok := CodeOf(err); !ok {
-			err = code.Wrap(err)
-		}
-		r.finish(it, err)
-		return true, nil
 	}
 }
 
+// postpone pushes a row whose attempt failed without a verdict back by the
+// infrastructure backoff (by how often that happened), outside the failed
+// transaction.
+func (r *Runtime) postpone(ctx context.Context, row *ent.ParkedMessage, attempts int, cause error) {
+	n := attempts - row.ScheduleStep // attempts that were not retry-later
+	b := newInfraBackoff()
+	d := b.NextBackOff()
+	for i := 1; i < n && i < 10; i++ {
+		d = b.NextBackOff()
+	}
+	r.logFor(&item{km: parkedToKafka(row)}).Warn().Err(cause).Dur("retry_in", r.cfg.scale(d)).
+		Int("attempts", attempts).Msg("re-drive failed: postponed")
+	_ = r.client.ParkedMessage.UpdateOneID(row.ID).
+		SetAttempts(max(attempts, row.Attempts)).
+		SetNextAttemptAt(time.Now().Add(r.cfg.scale(d))).
+		SetReason(cleanText(cause.Error())).
+		SetUpdatedAt(time.Now()).
+		Exec(ctx)
+}
+
+// redriveDeadLetter publishes a parked message to the DLQ, then deletes its
+// row. A DLQ publish that succeeded before a failed delete leaves the row
+// to be dead-lettered again: DLQ records are at least once (readers dedupe
+// on x-source-topic, x-original-partition, x-original-offset).
+func (r *Runtime) redriveDeadLetter(ctx context.Context, tx *ent.Tx, row *ent.ParkedMessage, it *item, code Code, cause error) (bool, error) {
+	if err := r.dlq.send(ctx, it.km, code, cause.Error(), it.attempts); err != nil {
+		_ = tx.Rollback()
+		r.postpone(ctx, row, it.attempts, err)
+		return true, err
+	}
+	if err := tx.ParkedMessage.DeleteOne(row).Exec(ctx); err != nil {
+		return true, err
+	}
+	if err := tx.Commit(); err != nil {
+		return true, err
+	}
+	r.m.deadLettered(code.Name)
+	it.outcome = DeadLettered
+	if it.attempts < row.Attempts {
+		it.attempts = row.Attempts
+	}
+	it.dropHooks()
+	if c, ok := CodeOf(cause); !ok || c.Name != code.Name {
+		cause = &Error{Code: code, Err: cause}
+	}
+	r.finish(it, cause)
+	return true, nil
+}
+
 // redriveAttempt is attempt() inside the re-driver's transaction, under a
-// savepoint.
+// savepoint: a duplicate or a failure rolls back to it.
 func (r *Runtime) redriveAttempt(ctx context.Context, tx *ent.Tx, it *item) (Outcome, error) {
 	if _, err := tx.ExecContext(ctx, "SAVEPOINT redrive"); err != nil {
 		return "", err
 	}
-	out, err := func() (Outcome, error) {
-		seen, err := seenKeys(ctx, tx, []string{it.key})
-		if err != nil {
-			return "", err
-		}
-		if seen[it.key] {
-			it.st = nil
-			return SkippedDuplicate, nil
-		}
-		out, err := r.call(ctx, tx, it)
-		if err != nil {
-			return "", err
-		}
-		n, err := insertMarks(ctx, tx, r.svc.Group, r.svc.Topic, []mark{{it.key, it.msg.Partition, it.msg.Offset, out}})
-		if err != nil {
-			return "", err
-		}
-		if n == 0 {
-			it.st = nil
-			return SkippedDuplicate, nil
-		}
-		return out, nil
-	}()
-	if err != nil {
+	out, err := r.handleIn(ctx, tx, it)
+	if err != nil || out == SkippedDuplicate {
 		if _, rbErr := tx.ExecContext(ctx, "ROLLBACK TO SAVEPOINT redrive"); rbErr != nil {
+			if err == nil {
+				err = rbErr
+			}
 			return "", fmt.Errorf("%w (and rollback to savepoint: %v)", err, rbErr)
 		}
-		return "", err
+		return out, err
 	}
 	_, err = tx.ExecContext(ctx, "RELEASE SAVEPOINT redrive")
 	return out, err

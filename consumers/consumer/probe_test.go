@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -71,6 +72,8 @@ func probeService(schedule ...time.Duration) func(prometheus.Registerer) consume
 						return "", probeConflict.Errorf("row version moved")
 					case "panic":
 						panic("probe panics")
+					case "bug":
+						return "", errors.New("an unexpected error (a bug)")
 					}
 					l, err := tx.Lead.Query().Where(lead.ID(p.LeadID)).Only(ctx)
 					if ent.IsNotFound(err) {

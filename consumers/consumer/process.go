@@ -170,22 +170,26 @@ func (w *worker) processBatch(items []*item) (ok bool, failed int, err error) {
 	if err != nil {
 		return false, -1, nil
 	}
-	keys := make([]string, len(items))
-	for i, it := range items {
-		keys[i] = it.key
+	marks := make([]mark, 0, len(items))
+	first := make(map[string]bool, len(items))
+	for _, it := range items {
+		if !first[it.key] { // the same MessageId twice in one batch: claimed once
+			first[it.key] = true
+			marks = append(marks, mark{it.key, it.msg.Partition, it.msg.Offset, ""})
+		}
 	}
-	seen, err := seenKeys(ctx, tx, keys)
+	claimed, err := claimMarks(ctx, tx, r.svc.Group, r.svc.Topic, marks)
 	if err != nil {
 		_ = tx.Rollback()
 		return false, -1, nil
 	}
-	var marks []mark
+	marks = marks[:0]
 	for i, it := range items {
-		if seen[it.key] {
-			it.outcome = SkippedDuplicate
+		if !claimed[it.key] {
+			it.outcome, it.st = SkippedDuplicate, nil
 			continue
 		}
-		seen[it.key] = true // the same MessageId twice in one batch
+		delete(claimed, it.key)
 		out, err := r.call(ctx, tx, it)
 		if err != nil {
 			_ = tx.Rollback()
@@ -194,12 +198,9 @@ func (w *worker) processBatch(items []*item) (ok bool, failed int, err error) {
 		it.outcome = out
 		marks = append(marks, mark{it.key, it.msg.Partition, it.msg.Offset, out})
 	}
-	if len(marks) > 0 {
-		n, err := insertMarks(ctx, tx, r.svc.Group, r.svc.Topic, marks)
-		if err != nil || n != int64(len(marks)) {
-			_ = tx.Rollback()
-			return false, -1, nil
-		}
+	if err := settleMarks(ctx, tx, marks); err != nil {
+		_ = tx.Rollback()
+		return false, -1, nil
 	}
 	if err := tx.Commit(); err != nil {
 		return false, -1, nil
@@ -230,8 +231,28 @@ func (r *Runtime) call(ctx context.Context, tx *ent.Tx, it *item) (out Outcome, 
 	return it.route.Handle(withState(ctx, it.st), tx, it.msg)
 }
 
-// attempt processes one message in its own transaction: mark check,
-// handler, mark, commit.
+// handleIn claims the message's mark, runs its handler and settles the mark,
+// all in tx. A mark that exists already means a duplicate: nothing else is
+// done and the caller rolls back.
+func (r *Runtime) handleIn(ctx context.Context, tx *ent.Tx, it *item) (Outcome, error) {
+	m := mark{it.key, it.msg.Partition, it.msg.Offset, ""}
+	claimed, err := claimMarks(ctx, tx, r.svc.Group, r.svc.Topic, []mark{m})
+	if err != nil {
+		return "", err
+	}
+	if !claimed[it.key] {
+		it.st = nil
+		return SkippedDuplicate, nil
+	}
+	out, err := r.call(ctx, tx, it)
+	if err != nil {
+		return "", err
+	}
+	m.outcome = out
+	return out, settleMarks(ctx, tx, []mark{m})
+}
+
+// attempt processes one message in its own transaction.
 func (w *worker) attempt(it *item) (Outcome, error) {
 	r := w.r
 	ctx, span := r.tracer.Start(trace.ContextWithSpan(w.ctx, it.span), "db.transaction")
@@ -240,36 +261,89 @@ func (w *worker) attempt(it *item) (Outcome, error) {
 	if err != nil {
 		return "", err
 	}
-	seen, err := seenKeys(ctx, tx, []string{it.key})
-	if err != nil {
+	out, err := r.handleIn(ctx, tx, it)
+	if err != nil || out == SkippedDuplicate {
 		_ = tx.Rollback()
-		return "", err
-	}
-	if seen[it.key] {
-		_ = tx.Rollback()
-		it.st = nil
-		return SkippedDuplicate, nil
-	}
-	out, err := r.call(ctx, tx, it)
-	if err != nil {
-		_ = tx.Rollback()
-		span.SetStatus(codes.Error, err.Error())
-		return "", err
-	}
-	n, err := insertMarks(ctx, tx, r.svc.Group, r.svc.Topic, []mark{{it.key, it.msg.Partition, it.msg.Offset, out}})
-	if err != nil {
-		_ = tx.Rollback()
-		return "", err
-	}
-	if n == 0 { // marked by a concurrent processor since we looked
-		_ = tx.Rollback()
-		it.st = nil
-		return SkippedDuplicate, nil
+		if err != nil {
+			span.SetStatus(codes.Error, err.Error())
+		}
+		return out, err
 	}
 	if err := tx.Commit(); err != nil {
 		return "", fmt.Errorf("commit: %w", err)
 	}
 	return out, nil
+}
+
+// Failure handling: the one table from class to behaviour.
+
+// unexpectedLimit is how many times an error the runtime cannot classify is
+// retried (with the infrastructure backoff) before the message is
+// dead-lettered as EVENT_PROCESSING_FAILED — provided PostgreSQL answers; while
+// it does not, the error is an outage and is retried forever.
+const unexpectedLimit = 5
+
+// ProcessingFailed is the code of a message whose handling failed
+// unexpectedly unexpectedLimit times while the database was reachable: a
+// bug, most likely. Replay it from the DLQ after the fix.
+var ProcessingFailed = Code{Name: "EVENT_PROCESSING_FAILED", Class: Invalid}
+
+type action int
+
+const (
+	actRetry      action = iota + 1 // run again now
+	actWait                         // run again after delay (partition held)
+	actPark                         // park for a retry-later
+	actDeadLetter                   // publish to the DLQ
+)
+
+// tally is what one message's failures so far add up to.
+type tally struct {
+	retryNow   int // retry-now re-runs used
+	step       int // retry-later retries used (index into the code's schedule)
+	unexpected int // unclassified failures while the database answered
+	infra      *backoff.ExponentialBackOff
+}
+
+func newTally() *tally { return &tally{infra: newInfraBackoff()} }
+
+// decide maps a failed attempt to what happens next. parking says whether
+// a retry-later may be parked (else it waits in line).
+func (r *Runtime) decide(ctx context.Context, err error, t *tally, parking bool) (action, Code, time.Duration) {
+	code, known := classify(err, r.svc.InvalidCode)
+	if !known || code.Class == Infrastructure {
+		if !known && !isInfrastructure(err) && r.dbAnswers(ctx) {
+			t.unexpected++
+			if t.unexpected >= unexpectedLimit {
+				return actDeadLetter, ProcessingFailed, 0
+			}
+		}
+		return actWait, Code{Name: code.Name, Class: Infrastructure}, r.cfg.scale(t.infra.NextBackOff())
+	}
+	switch code.Class {
+	case RetryNow:
+		if t.retryNow < r.svc.retryNow() {
+			t.retryNow++
+			return actRetry, code, 0
+		}
+	case RetryLater:
+		if t.step < len(code.Backoff) {
+			d := r.cfg.scale(code.Backoff[t.step])
+			t.step++
+			if parking {
+				return actPark, code, d
+			}
+			return actWait, code, d
+		}
+	}
+	return actDeadLetter, code, 0
+}
+
+// dbAnswers reports whether PostgreSQL answers a ping within a second.
+func (r *Runtime) dbAnswers(ctx context.Context) bool {
+	ctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	return r.db.PingContext(ctx) == nil
 }
 
 // processOne takes one message to a final state: committed, skipped,
@@ -285,14 +359,15 @@ func (w *worker) processOne(it *item, firstErr error) bool {
 	}
 	if !it.routed {
 		r.m.unknownType.WithLabelValues(it.msg.EventType).Inc()
-		r.logFor(it).Warn().Msg("skipped-unknown-event-type")
 		it.outcome = SkippedUnknownEventType
 		w.finish(it, nil)
 		w.ack(it.km.TopicPartition.Offset)
 		return true
 	}
-	infra := newInfraBackoff()
-	retried := 0
+	if p := it.msg.Problem(); p != nil {
+		return w.deadLetter(it, r.svc.InvalidCode, r.svc.InvalidCode.Wrap(p), 1)
+	}
+	t := newTally()
 	for {
 		it.attempts++
 		var out Outcome
@@ -311,44 +386,29 @@ func (w *worker) processOne(it *item, firstErr error) bool {
 		if w.ctx.Err() != nil {
 			return false
 		}
-		code, known := classify(err, r.svc.InvalidCode)
-		if !known || code.Class == Infrastructure {
-			d := r.cfg.scale(infra.NextBackOff())
-			r.m.retry(Infrastructure, code.Name)
-			ev := r.logFor(it).Warn()
-			if !isInfrastructure(err) {
-				ev = r.logFor(it).Error() // not a known outage: may be a bug
+		act, code, d := r.decide(w.ctx, err, t, !r.svc.Blocking)
+		switch act {
+		case actRetry:
+			r.m.retry(code.Class, code.Name)
+			r.logFor(it).Info().Str("code", code.Name).Err(err).Int("attempts", it.attempts).Msg("retry-now")
+		case actWait:
+			r.m.retry(code.Class, code.Name)
+			ev := r.logFor(it).Info()
+			if code.Class == Infrastructure {
+				ev = r.logFor(it).Warn()
+				if !isInfrastructure(err) {
+					ev = r.logFor(it).Error() // not a known outage: may be a bug
+				}
 			}
-			ev.Err(err).Dur("retry_in", d).Int("attempts", it.attempts).Msg("retry-infrastructure")
+			ev.Str("code", code.Name).Err(err).Dur("retry_in", d).Int("attempts", it.attempts).Msg("retry-" + code.Class.String())
 			if !w.sleep(d) {
 				return false
 			}
-			continue
+		case actPark:
+			return w.park(it, code, err, t.step, d)
+		case actDeadLetter:
+			return w.deadLetter(it, code, err, it.attempts)
 		}
-		switch code.Class {
-		case RetryNow:
-			if retried < r.svc.retryNow() {
-				retried++
-				r.m.retry(RetryNow, code.Name)
-				r.logFor(it).Info().Str("code", code.Name).Err(err).Int("attempts", it.attempts).Msg("retry-now")
-				continue
-			}
-		case RetryLater:
-			if r.svc.Blocking {
-				if n := it.attempts - 1; n < len(code.Backoff) {
-					r.m.retry(RetryLater, code.Name)
-					if !w.sleep(r.cfg.scale(code.Backoff[n])) {
-						return false
-					}
-					continue
-				}
-				break
-			}
-			if len(code.Backoff) > 0 {
-				return w.park(it, code, err)
-			}
-		}
-		return w.deadLetter(it, code, err, it.attempts)
 	}
 }
 
@@ -361,7 +421,7 @@ func (w *worker) finish(it *item, err error) {
 func (r *Runtime) finish(it *item, err error) {
 	if it.st != nil {
 		for _, fn := range it.st.afterCommit {
-			fn()
+			r.runHook(it, fn)
 		}
 	}
 	eventType := ""
@@ -371,13 +431,20 @@ func (r *Runtime) finish(it *item, err error) {
 	}
 	d := time.Since(it.start)
 	r.m.finished(eventType, it.outcome, d)
-	ev := r.logFor(it).Info()
-	if err != nil {
+	var ev *zerolog.Event
+	switch {
+	case it.outcome == DeadLettered:
 		ev = r.logFor(it).Error().Err(err)
-		if c, ok := CodeOf(err); ok {
-			ev = ev.Str("code", c.Name)
-		}
 		it.span.SetStatus(codes.Error, err.Error())
+	case it.outcome == SkippedUnknownEventType:
+		ev = r.logFor(it).Warn()
+	case err != nil: // parked: the reason it waits
+		ev = r.logFor(it).Info().Str("reason", err.Error())
+	default:
+		ev = r.logFor(it).Info()
+	}
+	if c, ok := CodeOf(err); ok {
+		ev = ev.Str("code", c.Name)
 	}
 	if it.st != nil {
 		for _, f := range it.st.fields {
@@ -388,6 +455,18 @@ func (r *Runtime) finish(it *item, err error) {
 		Float64("duration_ms", float64(d)/float64(time.Millisecond)).Msg(string(it.outcome))
 	it.span.SetAttributes(attribute.String("pin.outcome", string(it.outcome)))
 	it.span.End()
+}
+
+// runHook runs an after-commit hook; a panicking hook is logged, not
+// allowed to take the process down between the commit and the offset.
+// Hooks run at most once: a crash after the commit loses them.
+func (r *Runtime) runHook(it *item, fn func()) {
+	defer func() {
+		if p := recover(); p != nil {
+			r.logFor(it).Error().Str("panic", fmt.Sprint(p)).Str("stack", string(debug.Stack())).Msg("after-commit hook panicked")
+		}
+	}()
+	fn()
 }
 
 // deadLetter publishes the message to the DLQ, waits for the broker's
@@ -415,8 +494,8 @@ func (w *worker) deadLetter(it *item, code Code, cause error, attempts int) bool
 	it.outcome = DeadLettered
 	it.attempts = attempts
 	it.dropHooks() // the attempt rolled back: keep its log fields, not its hooks
-	if _, ok := CodeOf(cause); !ok {
-		cause = code.Wrap(cause)
+	if c, ok := CodeOf(cause); !ok || c.Name != code.Name {
+		cause = &Error{Code: code, Err: cause}
 	}
 	r.finish(it, cause)
 	w.ack(it.km.TopicPartition.Offset)

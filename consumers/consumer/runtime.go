@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -51,8 +52,9 @@ type Runtime struct {
 	mu      sync.Mutex
 	workers map[int32]*worker
 
-	joined   atomic.Bool // the member got its first assignment (possibly empty)
-	httpAddr atomic.Value
+	joined      atomic.Bool // the member got its first assignment (possibly empty)
+	cooperative bool        // partition.assignment.strategy is cooperative-sticky
+	httpAddr    atomic.Value
 }
 
 // New builds a runtime. client and db are the same database: db is used for
@@ -153,6 +155,8 @@ func (r *Runtime) Run(ctx context.Context) error {
 	cm["group.id"] = r.svc.Group
 	cm["enable.auto.offset.store"] = false
 	cm["go.application.rebalance.enable"] = true
+	strategy, _ := cm["partition.assignment.strategy"].(string)
+	r.cooperative = strings.Contains(strings.ToLower(strategy), "cooperative")
 	c, err := kafka.NewConsumer(&cm)
 	if err != nil {
 		return &ConfigError{Var: "KAFKA_*", Err: err}
@@ -251,7 +255,7 @@ func (r *Runtime) checkTopics(ctx context.Context) error {
 		dlq, errDLQ := r.partitions(r.svc.DLQTopic)
 		err := errors.Join(errSrc, errDLQ)
 		if err == nil && dlq < src {
-			err = fmt.Errorf("DLQ topic %s has %d partitions, source %s has %d: they must be equal", r.svc.DLQTopic, dlq, r.svc.Topic, src)
+			err = fmt.Errorf("DLQ topic %s has %d partitions, source %s has %d: a DLQ needs as many as its source", r.svc.DLQTopic, dlq, r.svc.Topic, src)
 		}
 		if err == nil {
 			return nil
@@ -282,7 +286,9 @@ func (r *Runtime) partitions(topic string) (int, error) {
 
 // rebalance runs inside Poll, on the poll goroutine.
 func (r *Runtime) rebalance(c *kafka.Consumer, ev kafka.Event) error {
-	cooperative := c.GetRebalanceProtocol() == "COOPERATIVE"
+	// The protocol is known from the configuration: asking librdkafka
+	// inside the callback can hang during Close (confluent-kafka-go#1016).
+	cooperative := r.cooperative
 	switch e := ev.(type) {
 	case kafka.AssignedPartitions:
 		r.log.Info().Int("partitions", len(e.Partitions)).Str("assigned", fmtParts(e.Partitions)).Msg("partitions assigned")

@@ -493,3 +493,111 @@ func TestMainExitsTwoOnBadConfigurationBeforeTouchingKafka(t *testing.T) {
 		})
 	}
 }
+
+func TestReDriverLosingARaceToARedeliveryHasNoEffect(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	leadID := e.lead()
+	id, v := envelope(leadID, "")
+	// M is parked and due; a redelivery of M holds its mark, uncommitted.
+	if _, err := e.db.Exec(`INSERT INTO parked_messages (consumer_group, topic, "partition", "offset", value, message_id, event_type, error_code, reason, attempts, next_attempt_at)
+		VALUES ($1, $2, 0, 0, $3, $4, $5, 'PROBE_LEAD_NOT_FOUND', 'waiting', 1, now())`, probeGroup, probeTopic, v, id, probeType); err != nil {
+		t.Fatal(err)
+	}
+	racer, err := e.db.Begin()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := racer.Exec(`INSERT INTO processed_messages (idempotency_key, consumer_group, topic, "partition", "offset", outcome) VALUES ($1, $2, $3, 0, 0, 'applied')`, "probe:"+id.String(), probeGroup, probeTopic); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := racer.Exec(`INSERT INTO lead_events (lead_id, tenant_id, type, occurred_at, payload) SELECT id, tenant_id, 'SelectionAttached', now(), '{}' FROM leads WHERE id = $1`, leadID); err != nil {
+		t.Fatal(err)
+	}
+	consumertest.Start(t, e.cluster.Bootstrap, e.url, probeService(long...), consumertest.Options{})
+	// The re-driver blocks on the mark; let it, then commit the racer.
+	kafkatest.Eventually(t, 20*time.Second, func() bool {
+		return e.count(`SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND datname = current_database()`) > 0
+	}, "the re-driver to wait on the racer's mark")
+	if err := racer.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	kafkatest.Eventually(t, 20*time.Second, func() bool { return e.count(`SELECT count(*) FROM parked_messages`) == 0 }, "the parked row to go")
+	if got := e.events(leadID); got != 1 {
+		t.Fatalf("lead_events = %d, want 1: the re-driver must not apply a message another processor applied", got)
+	}
+}
+
+func TestAParkedRowThatKeepsFailingDoesNotHoldUpTheOthers(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	leadID := e.lead()
+	badID, bad := envelope(leadID, "bug")
+	goodID, good := envelope(leadID, "")
+	for i, row := range []struct {
+		id  uuid.UUID
+		v   []byte
+		due string
+	}{{badID, bad, "now() - interval '1 minute'"}, {goodID, good, "now()"}} {
+		if _, err := e.db.Exec(`INSERT INTO parked_messages (consumer_group, topic, "partition", "offset", value, message_id, event_type, error_code, reason, attempts, next_attempt_at)
+			VALUES ($1, $2, 0, $3, $4, $5, $6, 'PROBE_LEAD_NOT_FOUND', 'waiting', 1, `+row.due+`)`, probeGroup, probeTopic, i, row.v, row.id, probeType); err != nil {
+			t.Fatal(err)
+		}
+	}
+	consumertest.Start(t, e.cluster.Bootstrap, e.url, probeService(long...), consumertest.Options{})
+	kafkatest.Eventually(t, 20*time.Second, func() bool { return e.events(leadID) == 1 }, "the healthy row behind the failing one to apply")
+	var attempts int
+	if err := e.db.QueryRow(`SELECT attempts FROM parked_messages WHERE message_id = $1`, badID).Scan(&attempts); err != nil {
+		t.Fatal(err)
+	}
+	if attempts < 2 {
+		t.Fatalf("the failing row has %d attempts: it was not re-driven", attempts)
+	}
+}
+
+func TestAnUnexpectedErrorIsDeadLetteredAfterFiveAttemptsWhileTheDatabaseAnswers(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	leadID := e.lead()
+	_, bug := envelope(leadID, "bug")
+	_, ok := envelope(leadID, "")
+	e.produce(0, bug)
+	e.produce(0, ok)
+	consumertest.Start(t, e.cluster.Bootstrap, e.url, probeService(long...), consumertest.Options{})
+	e.waitCommitted(2)
+	dlq := e.cluster.ReadAll(t, probeDLQ, 1, 10*time.Second)
+	if len(dlq) != 1 {
+		t.Fatalf("DLQ holds %d, want 1", len(dlq))
+	}
+	if c, a := kafkatest.Header(dlq[0], "x-dlq-error-code"), kafkatest.Header(dlq[0], "x-attempts"); c != "EVENT_PROCESSING_FAILED" || a != "5" {
+		t.Fatalf("code %q attempts %q, want EVENT_PROCESSING_FAILED 5", c, a)
+	}
+	if got := e.events(leadID); got != 1 {
+		t.Fatalf("lead_events = %d, want 1 (the partition went on)", got)
+	}
+}
+
+func TestADeadLetterTooLargeForTheDLQIsPublishedWithoutItsValue(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	leadID := e.lead()
+	huge := append([]byte(`{"MessageId":"`+uuid.NewString()+`","EventType":"test.probe","Payload":{"LeadId":"x","Pad":"`), bytes.Repeat([]byte("a"), 1500*1024)...)
+	huge = append(huge, []byte(`"}}`)...)
+	e.produce(1, huge)
+	_, ok := envelope(leadID, "")
+	e.produce(1, ok)
+	consumertest.Start(t, e.cluster.Bootstrap, e.url, probeService(long...), consumertest.Options{})
+	e.waitCommitted(2)
+	dlq := e.cluster.ReadAll(t, probeDLQ, 1, 10*time.Second)
+	if len(dlq) != 1 {
+		t.Fatalf("DLQ holds %d, want 1", len(dlq))
+	}
+	m := dlq[0]
+	if len(m.Value) != 0 || kafkatest.Header(m, consumer.HeaderValueOmitted) != strconv.Itoa(len(huge)) ||
+		kafkatest.Header(m, "x-dlq-error-code") != "PROBE_INVALID" {
+		t.Fatalf("value %d bytes, omitted %q, code %q", len(m.Value), kafkatest.Header(m, consumer.HeaderValueOmitted), kafkatest.Header(m, "x-dlq-error-code"))
+	}
+	if got := e.events(leadID); got != 1 {
+		t.Fatalf("lead_events = %d, want 1 (the partition went on)", got)
+	}
+}

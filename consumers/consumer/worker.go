@@ -2,6 +2,7 @@ package consumer
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -32,16 +33,20 @@ type worker struct {
 
 	paused       atomic.Bool // written by the poll goroutine
 	busy         atomic.Bool
+	abandoned    atomic.Bool  // drain budget spent: its late acks are ignored
 	lastProgress atomic.Int64 // unix nanos
 	stopOnce     sync.Once
 }
 
 func (r *Runtime) startWorker(tp kafka.TopicPartition) {
 	r.mu.Lock()
-	defer r.mu.Unlock()
-	if _, ok := r.workers[tp.Partition]; ok {
-		return
+	old := r.workers[tp.Partition]
+	r.mu.Unlock()
+	if old != nil { // never left behind by a revoke, but never reused either
+		r.stopWorkers([]int32{tp.Partition})
 	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
 	ctx, cancel := context.WithCancel(context.Background())
 	w := &worker{
 		r: r, tp: tp,
@@ -79,19 +84,34 @@ func (r *Runtime) stopWorkers(ps []int32) {
 	for _, w := range ws {
 		select {
 		case <-w.done:
+			continue
 		case <-deadline:
-			r.log.Warn().Int32("partition", w.tp.Partition).Msg("drain budget spent: abandoning in-flight work")
-			for _, w := range ws {
-				w.cancel()
-			}
-			for _, w := range ws {
-				<-w.done
-			}
-			return
 		}
+		// The budget is spent: abandon what is left. Cancelling rolls the
+		// transactions back; a worker stuck in a read of a vanished
+		// database gets a short grace, then is left behind, unable to
+		// store an offset.
+		r.log.Warn().Int32("partition", w.tp.Partition).Msg("drain budget spent: abandoning in-flight work")
+		for _, w := range ws {
+			w.abandoned.Store(true)
+			w.cancel()
+		}
+		grace := time.After(5 * time.Second)
+		for _, w := range ws {
+			select {
+			case <-w.done:
+			case <-grace:
+				r.log.Error().Int32("partition", w.tp.Partition).Msg("worker does not stop: left behind")
+				return
+			}
+		}
+		return
 	}
 	for _, w := range ws {
 		w.cancel()
+	}
+	for _, w := range ws {
+		r.m.lag.DeleteLabelValues(r.svc.Topic, fmt.Sprint(w.tp.Partition))
 	}
 }
 
@@ -154,6 +174,11 @@ func (w *worker) run() {
 	defer close(w.done)
 	batch := make([]*kafka.Message, 0, w.r.cfg.BatchSize)
 	for {
+		select { // a stop wins over queued messages
+		case <-w.quit:
+			return
+		default:
+		}
 		select {
 		case <-w.quit:
 			return
@@ -187,6 +212,9 @@ func (w *worker) run() {
 // offsets every auto.commit.interval.ms, and the runtime commits them
 // synchronously on revoke and shutdown.
 func (w *worker) ack(offset kafka.Offset) {
+	if w.abandoned.Load() {
+		return // its partition may be someone else's now
+	}
 	tp := w.tp
 	tp.Offset = offset + 1
 	if _, err := w.r.consumer.StoreOffsets([]kafka.TopicPartition{tp}); err != nil {

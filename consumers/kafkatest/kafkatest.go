@@ -38,6 +38,7 @@ func NewCluster(t testing.TB, topics map[string]int) *Cluster {
 		"bootstrap.servers":  c.Bootstrap,
 		"enable.idempotence": true,
 		"linger.ms":          0,
+		"message.max.bytes":  10 << 20, // tests may produce oversized messages
 	})
 	if err != nil {
 		mc.Close()
