@@ -77,7 +77,6 @@ type dev struct {
 	dbURL   string
 	brokers string
 	db      *sql.DB
-	ports   map[string]string // service → HTTP address
 }
 
 func (d *dev) say(format string, args ...any) {

@@ -106,10 +106,10 @@ func (w *worker) handle(batch []*kafka.Message) bool {
 	}
 	for i := 0; i < len(items); {
 		j := i
-		for j < len(items) && items[j].routed {
+		for j < len(items) && items[j].routed && items[j].msg.Problem() == nil {
 			j++
 		}
-		ok := true
+		var ok bool
 		if j == i { // a message that cannot be routed: on its own
 			j = i + 1
 			ok = w.processOne(items[i], nil)

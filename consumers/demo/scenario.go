@@ -58,7 +58,7 @@ func NewScenario(now time.Time) *Scenario {
 		{Say: "provision the lead chat of lead 1 (a provisioning consumer's job)",
 			SQL: `INSERT INTO chats (id, kind, lead_id) VALUES ($1, 'Lead', $2)`, SQLArgs: []any{s.chat1, s.lead1}},
 		{Say: "create the Active lead A of (agent A, investor A) (the CRM API's job)",
-			SQL: `INSERT INTO leads (id, tenant_id, executor_agent_user_id, primary_investor_user_id, status) VALUES ($1, $2, $3, $4, 'Active')`,
+			SQL:     `INSERT INTO leads (id, tenant_id, executor_agent_user_id, primary_investor_user_id, status) VALUES ($1, $2, $3, $4, 'Active')`,
 			SQLArgs: []any{s.crmLeadA, tenant, s.agentA, s.investorA}},
 	}
 

@@ -116,12 +116,6 @@ func (e *env) waitCommitted() {
 	}
 }
 
-// waitMarks waits until processed_messages holds n rows.
-func (e *env) waitMarks(n int) {
-	e.t.Helper()
-	kafkatest.Eventually(e.t, waitFor, func() bool { return e.countMarks() >= n }, "%d idempotency marks", n)
-}
-
 func (e *env) countMarks() int {
 	e.t.Helper()
 	n, err := e.client.ProcessedMessage.Query().Count(context.Background())

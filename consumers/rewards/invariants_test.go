@@ -159,7 +159,7 @@ func TestActiveConflictLeavesTransactionUsable(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer tx.Rollback()
+	defer func() { _ = tx.Rollback() }()
 	if out, err := h.bondCreated(ctx, tx, message(t, created(a, 1, baseTime))); err != nil || out != OutcomeCreated {
 		t.Fatalf("first created: %q, %v", out, err)
 	}
@@ -201,7 +201,7 @@ func TestConcurrentCreateOfSameBondIsDecidedAgain(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer first.Rollback()
+	defer func() { _ = first.Rollback() }()
 	if out, err := h.bondCreated(ctx, first, message(t, ev)); err != nil || out != OutcomeCreated {
 		t.Fatalf("first: %q, %v", out, err)
 	}
@@ -216,7 +216,7 @@ func TestConcurrentCreateOfSameBondIsDecidedAgain(t *testing.T) {
 			done <- result{"", err}
 			return
 		}
-		defer second.Rollback()
+		defer func() { _ = second.Rollback() }()
 		out, err := h.bondCreated(ctx, second, message(t, ev))
 		if err == nil {
 			err = second.Commit()
@@ -274,7 +274,7 @@ func TestActiveBond(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer tx.Rollback()
+	defer func() { _ = tx.Rollback() }()
 	if got, err := ActiveBond(ctx, tx.Client(), withActive); err != nil || got == nil || got.ID != current.ID {
 		t.Errorf("ActiveBond in a transaction = %v, %v", got, err)
 	}
