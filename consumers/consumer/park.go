@@ -284,8 +284,8 @@ func (r *Runtime) redriveAttempt(ctx context.Context, tx *ent.Tx, it *item) (Out
 	if _, err := tx.ExecContext(ctx, "SAVEPOINT redrive"); err != nil {
 		return "", err
 	}
-	out, err := r.handleIn(ctx, tx, it)
-	if err != nil || out == SkippedDuplicate {
+	out, claimed, err := r.handleIn(ctx, tx, it)
+	if err != nil || !claimed {
 		if _, rbErr := tx.ExecContext(ctx, "ROLLBACK TO SAVEPOINT redrive"); rbErr != nil {
 			if err == nil {
 				err = rbErr

@@ -72,6 +72,8 @@ func probeService(schedule ...time.Duration) func(prometheus.Registerer) consume
 						return "", probeConflict.Errorf("row version moved")
 					case "panic":
 						panic("probe panics")
+					case "second-layer":
+						return consumer.SkippedDuplicate, nil // the handler's own idempotency layer
 					case "bug":
 						return "", errors.New("an unexpected error (a bug)")
 					}

@@ -232,24 +232,26 @@ func (r *Runtime) call(ctx context.Context, tx *ent.Tx, it *item) (out Outcome, 
 }
 
 // handleIn claims the message's mark, runs its handler and settles the mark,
-// all in tx. A mark that exists already means a duplicate: nothing else is
-// done and the caller rolls back.
-func (r *Runtime) handleIn(ctx context.Context, tx *ent.Tx, it *item) (Outcome, error) {
+// all in tx. claimed is false when the mark existed already: a duplicate,
+// nothing else was done and the caller rolls back. (A handler may report
+// SkippedDuplicate itself — a second idempotency layer of its own — and
+// that outcome is committed with its mark like any other.)
+func (r *Runtime) handleIn(ctx context.Context, tx *ent.Tx, it *item) (out Outcome, claimed bool, err error) {
 	m := mark{it.key, it.msg.Partition, it.msg.Offset, ""}
-	claimed, err := claimMarks(ctx, tx, r.svc.Group, r.svc.Topic, []mark{m})
+	keys, err := claimMarks(ctx, tx, r.svc.Group, r.svc.Topic, []mark{m})
 	if err != nil {
-		return "", err
+		return "", false, err
 	}
-	if !claimed[it.key] {
+	if !keys[it.key] {
 		it.st = nil
-		return SkippedDuplicate, nil
+		return SkippedDuplicate, false, nil
 	}
-	out, err := r.call(ctx, tx, it)
+	out, err = r.call(ctx, tx, it)
 	if err != nil {
-		return "", err
+		return "", true, err
 	}
 	m.outcome = out
-	return out, settleMarks(ctx, tx, []mark{m})
+	return out, true, settleMarks(ctx, tx, []mark{m})
 }
 
 // attempt processes one message in its own transaction.
@@ -261,8 +263,8 @@ func (w *worker) attempt(it *item) (Outcome, error) {
 	if err != nil {
 		return "", err
 	}
-	out, err := r.handleIn(ctx, tx, it)
-	if err != nil || out == SkippedDuplicate {
+	out, claimed, err := r.handleIn(ctx, tx, it)
+	if err != nil || !claimed {
 		_ = tx.Rollback()
 		if err != nil {
 			span.SetStatus(codes.Error, err.Error())

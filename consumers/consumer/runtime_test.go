@@ -601,3 +601,15 @@ func TestADeadLetterTooLargeForTheDLQIsPublishedWithoutItsValue(t *testing.T) {
 		t.Fatalf("lead_events = %d, want 1 (the partition went on)", got)
 	}
 }
+
+func TestAHandlerReportedDuplicateIsMarked(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	id, v := envelope(e.lead(), "second-layer")
+	e.produce(2, v) // alone: the one-message path
+	consumertest.Start(t, e.cluster.Bootstrap, e.url, probeService(long...), consumertest.Options{})
+	e.waitCommitted(1)
+	if n := e.count(`SELECT count(*) FROM processed_messages WHERE idempotency_key = $1 AND outcome = 'skipped-duplicate'`, "probe:"+id.String()); n != 1 {
+		t.Fatalf("marks with outcome skipped-duplicate = %d, want 1", n)
+	}
+}

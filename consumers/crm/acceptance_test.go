@@ -380,8 +380,8 @@ func TestAC6_LeadLeavingActiveBeforeTheWriteAppendsNothing(t *testing.T) {
 		offs := h.produce(e)
 
 		kafkatest.Eventually(t, wait, func() bool {
-			return len(h.logs.lines("retry-later", map[string]string{"MessageId": e.MessageID.String(), "code": CodeLeadNotActive.Name})) == 1
-		}, "a retry-later of %s", CodeLeadNotActive.Name)
+			return len(h.logs.lines("parked", map[string]string{"MessageId": e.MessageID.String(), "code": CodeLeadNotActive.Name})) == 1
+		}, "the message parked with %s", CodeLeadNotActive.Name)
 		if n := h.run.Counter(MetricRetries, map[string]string{"class": "retry-later", "code": CodeLeadNotActive.Name}); n != 1 {
 			t.Fatalf("%s{retry-later, %s} = %v, want 1", MetricRetries, CodeLeadNotActive.Name, n)
 		}
