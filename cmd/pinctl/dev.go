@@ -126,7 +126,11 @@ func (d *dev) run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	d.say("▸ migrations: %d applied (%s)", len(applied), strings.Join(applied, ", "))
+	if len(applied) == 0 {
+		d.say("▸ migrations: up to date")
+	} else {
+		d.say("▸ migrations: %d applied (%s)", len(applied), strings.Join(applied, ", "))
+	}
 
 	// Kafka.
 	if b := os.Getenv("KAFKA_BOOTSTRAP_SERVERS"); b != "" {
