@@ -1,0 +1,170 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+)
+
+// Process accounting from /proc (Linux): peak RSS and CPU time of the
+// consumer, of the PostgreSQL server and of pinctl itself (which hosts the
+// in-process broker), and the machine's busy time.
+
+// clockTicks is USER_HZ, the unit of /proc CPU times (100 on Linux).
+const clockTicks = 100
+
+// peakRSS returns VmHWM of pid in bytes.
+func peakRSS(pid int) (int64, bool) {
+	f, err := os.Open(filepath.Join("/proc", strconv.Itoa(pid), "status"))
+	if err != nil {
+		return 0, false
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if v, ok := strings.CutPrefix(sc.Text(), "VmHWM:"); ok {
+			fs := strings.Fields(v) // "123456 kB"
+			if len(fs) >= 1 {
+				kb, err := strconv.ParseInt(fs[0], 10, 64)
+				return kb * 1024, err == nil
+			}
+		}
+	}
+	return 0, false
+}
+
+// procStat returns the parent pid and the CPU seconds (user + system) of
+// pid.
+func procStat(pid string) (ppid int, cpu float64, ok bool) {
+	b, err := os.ReadFile(filepath.Join("/proc", pid, "stat"))
+	if err != nil {
+		return 0, 0, false
+	}
+	// "pid (comm) state ppid … utime stime …": comm may hold spaces.
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 {
+		return 0, 0, false
+	}
+	fs := strings.Fields(string(b[i+1:]))
+	if len(fs) < 13 {
+		return 0, 0, false
+	}
+	ppid, _ = strconv.Atoi(fs[1])
+	ut, _ := strconv.ParseFloat(fs[11], 64)
+	st, _ := strconv.ParseFloat(fs[12], 64)
+	return ppid, (ut + st) / clockTicks, true
+}
+
+func processCPU(pid int) float64 {
+	_, cpu, _ := procStat(strconv.Itoa(pid))
+	return cpu
+}
+
+// treeCPU returns the CPU seconds of root and of its direct children (a
+// postmaster and its backends) that are alive now.
+func treeCPU(root int) float64 {
+	if root <= 0 {
+		return 0
+	}
+	ents, err := os.ReadDir("/proc")
+	if err != nil {
+		return 0
+	}
+	total := 0.0
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		ppid, cpu, ok := procStat(e.Name())
+		if ok && (pid == root || ppid == root) {
+			total += cpu
+		}
+	}
+	return total
+}
+
+// postmasterPID reads the server's pid from its data directory.
+func postmasterPID(dataDir string) int {
+	b, err := os.ReadFile(filepath.Join(dataDir, "postmaster.pid"))
+	if err != nil {
+		return 0
+	}
+	line, _, _ := strings.Cut(string(b), "\n")
+	pid, _ := strconv.Atoi(strings.TrimSpace(line))
+	return pid
+}
+
+// machineCPU returns the busy and total CPU seconds of the machine since
+// boot (all cores), from /proc/stat.
+func machineCPU() (busy, total float64) {
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return 0, 0
+	}
+	line, _, _ := strings.Cut(string(b), "\n")
+	fs := strings.Fields(line)
+	if len(fs) < 5 || fs[0] != "cpu" {
+		return 0, 0
+	}
+	for i, f := range fs[1:] {
+		v, _ := strconv.ParseFloat(f, 64)
+		if i >= 8 { // guest time is already counted in user
+			break
+		}
+		total += v
+		if i != 3 && i != 4 { // idle, iowait
+			busy += v
+		}
+	}
+	return busy / clockTicks, total / clockTicks
+}
+
+// cpuSnapshot is the CPU seconds of each party at one instant.
+type cpuSnapshot struct {
+	consumer, postgres, pinctl, busy, total float64
+}
+
+func takeCPU(consumerPID, postmaster int) cpuSnapshot {
+	busy, total := machineCPU()
+	return cpuSnapshot{
+		consumer: processCPU(consumerPID),
+		postgres: treeCPU(postmaster),
+		pinctl:   processCPU(os.Getpid()),
+		busy:     busy,
+		total:    total,
+	}
+}
+
+// cpuUse is the CPU used between two snapshots, in cores (CPU seconds per
+// second of wall time).
+type cpuUse struct {
+	Consumer float64 `json:"consumer_cores"`
+	Postgres float64 `json:"postgres_cores"`
+	Pinctl   float64 `json:"pinctl_broker_cores"`
+	Machine  float64 `json:"machine_busy_cores"`
+	// Others is what the rest of the machine used: other people's work
+	// that the measure shared the cores with.
+	Others float64 `json:"other_processes_cores"`
+	Cores  int     `json:"machine_cores"`
+}
+
+func cpuBetween(a, b cpuSnapshot, wall float64, cores int) cpuUse {
+	if wall <= 0 {
+		return cpuUse{}
+	}
+	u := cpuUse{
+		Consumer: (b.consumer - a.consumer) / wall,
+		Postgres: (b.postgres - a.postgres) / wall,
+		Pinctl:   (b.pinctl - a.pinctl) / wall,
+		Cores:    cores,
+	}
+	if dt := b.total - a.total; dt > 0 {
+		u.Machine = (b.busy - a.busy) / dt * float64(cores)
+		u.Others = max(0, u.Machine-u.Consumer-u.Postgres-u.Pinctl)
+	}
+	return u
+}

@@ -1,0 +1,146 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestBenchEndToEnd runs `pinctl bench` as `make bench` does — its own
+// durable PostgreSQL, the in-process broker, pgbench, the real consumer
+// binary as a child process — with a tiny N on one consumer, and checks
+// that every measure was taken and written. It asserts no speed.
+func TestBenchEndToEnd(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts PostgreSQL, the broker and a consumer")
+	}
+	bin := t.TempDir()
+	build := exec.Command("go", "build", "-o", bin+string(filepath.Separator), "./cmd/...")
+	build.Dir = filepath.Join("..", "..")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	results := t.TempDir()
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, filepath.Join(bin, "pinctl"), "bench",
+		"--events", "300", "--only", "rewards", "--paced", "2s", "--sql-time", "10s", "--results", results)
+	var env []string
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "KAFKA_") && !strings.HasPrefix(kv, "CONSUMER_") && !strings.HasPrefix(kv, "DATABASE_") {
+			env = append(env, kv)
+		}
+	}
+	cmd.Env = env
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	err := cmd.Run()
+	t.Log(out.String())
+	if err != nil {
+		t.Fatalf("pinctl bench: %v", err)
+	}
+	for _, want := range []string{
+		"═══ rewards",
+		"broker only",
+		"SQL limit: pgbench 1 client",
+		"SQL limit: pgbench 4 clients",
+		"consumer: assigned → last offset committed",
+		"p50 / p99 produce → database commit",
+		"p50 / p99 produce → offset commit",
+		"peak RSS",
+	} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("output lacks %q", want)
+		}
+	}
+
+	files, _ := filepath.Glob(filepath.Join(results, "*.json"))
+	if len(files) != 1 {
+		t.Fatalf("results: %v, want one <date>.json", files)
+	}
+	b, err := os.ReadFile(files[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	var file struct {
+		Runs []benchRun `json:"runs"`
+	}
+	if err := json.Unmarshal(b, &file); err != nil {
+		t.Fatalf("%s: %v", files[0], err)
+	}
+	if len(file.Runs) != 1 || len(file.Runs[0].Consumers) != 1 {
+		t.Fatalf("want one run of one consumer, got %+v", file.Runs)
+	}
+	r := file.Runs[0].Consumers[0]
+	if r.Service != "rewards" || r.Events != 300 {
+		t.Errorf("service %q events %d, want rewards 300", r.Service, r.Events)
+	}
+	marks := 0
+	for _, n := range r.Consumer.Outcomes {
+		marks += n
+	}
+	checks := []struct {
+		what string
+		ok   bool
+	}{
+		{"broker-only rate measured", r.BrokerOnly.AssignedEPS > 0},
+		{"1-client pgbench rate measured", r.SQL.Clients1.TPS > 0 && r.SQL.Clients1.Failed == 0},
+		{"4-client pgbench rate measured", r.SQL.Clients4.TPS > 0 && r.SQL.Clients4.Failed == 0},
+		{"consumer rate measured", r.Consumer.EPS > 0 && r.Consumer.AssignedEPS > 0},
+		{"every paced message has a database commit time", r.Paced.DBn == r.Paced.Events},
+		{"every paced message has an offset commit time", r.Paced.Offn == r.Paced.Events},
+		{"peak RSS read", r.RSSPeakMiB > 0},
+		{"a mark for every event of both runs", marks == r.Events+r.Paced.Events},
+		{"nothing dead-lettered", r.Consumer.DLQ == 0},
+		{"the consumer exited cleanly", r.ExitCode == 0},
+		{"targets evaluated", len(r.Targets) == 5},
+	}
+	for _, c := range checks {
+		if !c.ok {
+			t.Errorf("%s: no (%+v)", c.what, r)
+		}
+	}
+}
+
+func TestParsePgbench(t *testing.T) {
+	out := `transaction type: multiple scripts
+scaling factor: 1
+query mode: extended
+number of clients: 4
+number of threads: 4
+maximum number of tries: 1
+number of transactions per client: 250
+number of transactions actually processed: 1000/1000
+number of failed transactions: 0 (0.000%)
+latency average = 2.345 ms
+initial connection time = 12.000 ms
+tps = 1705.123456 (without initial connection time)
+`
+	r, err := parsePgbench(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.TPS != 1705.123456 || r.LatencyMs != 2.345 || r.Transactions != 1000 || r.Failed != 0 {
+		t.Fatalf("parsed %+v", r)
+	}
+	if _, err := parsePgbench("pgbench: error: connection refused"); err == nil {
+		t.Fatal("no error for output without tps")
+	}
+}
+
+func TestPercentiles(t *testing.T) {
+	var ds []time.Duration
+	for i := 1; i <= 100; i++ {
+		ds = append(ds, time.Duration(i)*time.Millisecond)
+	}
+	p50, p99, mx, n := percentiles(ds)
+	if p50 != 50 || p99 != 99 || mx != 100 || n != 100 {
+		t.Fatalf("p50 %v p99 %v max %v n %d", p50, p99, mx, n)
+	}
+}
