@@ -2,12 +2,14 @@ package consumer
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"runtime/debug"
 	"time"
 
 	"github.com/cenkalti/backoff/v5"
 	"github.com/confluentinc/confluent-kafka-go/v2/kafka"
+	"github.com/lib/pq"
 	"github.com/rs/zerolog"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
@@ -301,6 +303,7 @@ const (
 
 // tally is what one message's failures so far add up to.
 type tally struct {
+	races      int // immediate re-runs after a deadlock or serialization failure
 	retryNow   int // retry-now re-runs used
 	step       int // retry-later retries used (index into the code's schedule)
 	unexpected int // unclassified failures while the database answered
@@ -313,6 +316,14 @@ func newTally() *tally { return &tally{infra: newInfraBackoff()} }
 // a retry-later may be parked (else it waits in line).
 func (r *Runtime) decide(ctx context.Context, err error, t *tally, parking bool) (action, Code, time.Duration) {
 	code, known := classify(err, r.svc.InvalidCode)
+	if c := lostRace(err); c != "" && t.races < lostRaceRetries {
+		// A deadlock or serialization failure between concurrent
+		// transactions (batches of two partitions touching the same rows):
+		// the other transaction has gone on, so running again at once
+		// usually succeeds. Backing off a second would stall the partition.
+		t.races++
+		return actRetry, Code{Name: c, Class: Infrastructure}, 0
+	}
 	if !known || code.Class == Infrastructure {
 		if !known && !isInfrastructure(err) && r.dbAnswers(ctx) {
 			t.unexpected++
@@ -339,6 +350,20 @@ func (r *Runtime) decide(ctx context.Context, err error, t *tally, parking bool)
 		}
 	}
 	return actDeadLetter, code, 0
+}
+
+// lostRaceRetries is how many deadlocks or serialization failures in a
+// row are re-run at once before the infrastructure backoff applies.
+const lostRaceRetries = 3
+
+// lostRace returns the SQLSTATE of a deadlock (40P01) or serialization
+// failure (40001), or "".
+func lostRace(err error) string {
+	var pqErr *pq.Error
+	if errors.As(err, &pqErr) && (pqErr.Code == "40001" || pqErr.Code == "40P01") {
+		return string(pqErr.Code)
+	}
+	return ""
 }
 
 // dbAnswers reports whether PostgreSQL answers a ping within a second.
