@@ -117,12 +117,29 @@ func ConfigFromEnv(environ []string, defaultHTTP string) (Config, error) {
 		if !ok || name == "" || name == "BOOTSTRAP_SERVERS" {
 			continue
 		}
-		c.Kafka[strings.ReplaceAll(strings.ToLower(name), "_", ".")] = v
+		prop := strings.ReplaceAll(strings.ToLower(name), "_", ".")
+		c.Kafka[prop] = kafkaValue(prop, v)
 	}
 	if len(errs) > 0 {
 		return c, errors.Join(errs...)
 	}
 	return c, nil
+}
+
+// kafkaValue types a KAFKA_* value. librdkafka takes every property as a
+// string, but confluent-kafka-go's own go.* properties (e.g.
+// KAFKA_GO_EVENTS_CHANNEL_SIZE) must be ints or bools.
+func kafkaValue(prop, v string) kafka.ConfigValue {
+	if !strings.HasPrefix(prop, "go.") {
+		return v
+	}
+	if n, err := strconv.Atoi(v); err == nil {
+		return n
+	}
+	if b, err := strconv.ParseBool(v); err == nil && (v == "true" || v == "false") {
+		return b
+	}
+	return v
 }
 
 // scale multiplies a retry delay by RETRY_TIME_SCALE.

@@ -35,6 +35,21 @@ func TestConfigFromEnv(t *testing.T) {
 			t.Error("bootstrap.servers belongs to Brokers")
 		}
 	})
+	t.Run("confluent-kafka-go's go.* properties are typed", func(t *testing.T) {
+		c, err := ConfigFromEnv(append(base, "KAFKA_GO_EVENTS_CHANNEL_SIZE=100", "KAFKA_GO_LOGS_CHANNEL_ENABLE=false", "KAFKA_SASL_USERNAME=12345"), "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if v := c.Kafka["go.events.channel.size"]; v != 100 {
+			t.Errorf("go.events.channel.size = %#v, want int 100", v)
+		}
+		if v := c.Kafka["go.logs.channel.enable"]; v != false {
+			t.Errorf("go.logs.channel.enable = %#v, want bool false", v)
+		}
+		if v := c.Kafka["sasl.username"]; v != "12345" {
+			t.Errorf("sasl.username = %#v, want the string", v)
+		}
+	})
 	t.Run("scale and overrides", func(t *testing.T) {
 		c, err := ConfigFromEnv(append(base, "RETRY_TIME_SCALE=0.001", "HTTP_ADDR=:1", "LOG_LEVEL=DEBUG", "CONSUMER_DRAIN_TIMEOUT=3s"), ":9")
 		if err != nil {
