@@ -186,13 +186,39 @@ func (w *worker) processBatch(items []*item) (ok bool, failed int, err error) {
 		return false, -1, nil
 	}
 	marks = marks[:0]
+	run := make([]bool, len(items))
 	for i, it := range items {
 		if !claimed[it.key] {
 			it.outcome, it.st = SkippedDuplicate, nil
 			continue
 		}
 		delete(claimed, it.key)
-		out, err := r.call(ctx, tx, it)
+		run[i] = true
+	}
+	hctx := ctx
+	if r.svc.Prepare != nil {
+		msgs := make([]*Message, 0, len(items))
+		for i, it := range items {
+			if run[i] {
+				msgs = append(msgs, it.msg)
+			}
+		}
+		if len(msgs) > 1 {
+			if hctx, err = r.svc.Prepare(ctx, tx, msgs); err != nil {
+				_ = tx.Rollback()
+				r.log.Info().Err(err).Int("batch", len(items)).Msg("batch prepare failed: one message at a time")
+				return false, -1, nil
+			}
+			if hctx == nil {
+				hctx = ctx
+			}
+		}
+	}
+	for i, it := range items {
+		if !run[i] {
+			continue
+		}
+		out, err := r.call(hctx, tx, it)
 		if err != nil {
 			_ = tx.Rollback()
 			return false, i, err

@@ -30,6 +30,20 @@ type Service struct {
 	// of parking the message. For consumers whose per-key order matters.
 	Blocking bool
 
+	// Prepare, when set, runs once in every transaction that handles
+	// several messages, after their idempotency marks are claimed and
+	// before the first handler, with the messages about to be handled
+	// (duplicates left out) in offset order. It returns the context those
+	// handlers run under. A service uses it to read, and lock, the rows the
+	// whole batch touches in one statement — in key order, so that the
+	// batches of two partitions wait for each other instead of
+	// deadlocking — and to hand them to its handlers through the context.
+	// What it loads is valid within tx only; handlers keep it in step with
+	// their own writes. It must skip messages it cannot read: their
+	// handlers report them. An error rolls the batch back and replays it one
+	// message at a time, without Prepare: handlers must work without it.
+	Prepare func(ctx context.Context, tx *ent.Tx, msgs []*Message) (context.Context, error)
+
 	Metrics SpecMetrics
 }
 
