@@ -48,9 +48,15 @@ func (h *handler) bondCreated(ctx context.Context, tx *ent.Tx, m *consumer.Messa
 				return "", err
 			}
 			if inserted {
+				rememberRow(ctx, p.BondID, &ent.ReferralBondReplica{
+					ID: p.BondID, ReferredUserID: p.ReferredUserID, ReferrerUserID: p.ReferrerUserID,
+					ReferrerCompanyID: p.ReferrerCompanyID, Status: string(StatusActive),
+					BoundAt: p.BoundAt.Round(time.Microsecond), ReplicaVersion: p.Version, SyncedAt: at,
+				})
 				lf.setApplied(StatusActive)
 				return OutcomeCreated, nil
 			}
+			rememberRow(ctx, p.BondID, nil) // read the table from now on
 			// Nothing inserted: either the bond itself appeared since we
 			// looked (a concurrent processor of the same message): decide
 			// again on its row; or another bond is Active for the
@@ -67,12 +73,12 @@ func (h *handler) bondCreated(ctx context.Context, tx *ent.Tx, m *consumer.Messa
 			}
 			return "", activeConflict(ctx, tx, p)
 		case ActionUpdate:
-			if err := tx.ReferralBondReplica.UpdateOneID(p.BondID).
-				SetReplicaVersion(p.Version).
-				SetSyncedAt(at).
-				Exec(ctx); err != nil {
+			if err := updateRow(ctx, tx, row, func(u *ent.ReferralBondReplicaUpdate) {
+				u.SetReplicaVersion(p.Version).SetSyncedAt(at)
+			}); err != nil {
 				return "", err
 			}
+			row.ReplicaVersion, row.SyncedAt = p.Version, at
 			lf.setApplied(Status(row.Status))
 			if diffs := immutableDiffs(row, p); len(diffs) > 0 {
 				consumer.AfterCommit(ctx, func() {
@@ -115,13 +121,12 @@ func (h *handler) bondClosed(ctx context.Context, tx *ent.Tx, m *consumer.Messag
 	ev := Event{Type: BondClosedEvent, Version: p.Version, ReferredUserID: p.ReferredUserID}
 	switch a := Decide(rowOf(row), ev); a {
 	case ActionClose:
-		if err := tx.ReferralBondReplica.UpdateOneID(p.BondID).
-			SetStatus(string(p.Status)).
-			SetReplicaVersion(p.Version).
-			SetSyncedAt(at).
-			Exec(ctx); err != nil {
+		if err := updateRow(ctx, tx, row, func(u *ent.ReferralBondReplicaUpdate) {
+			u.SetStatus(string(p.Status)).SetReplicaVersion(p.Version).SetSyncedAt(at)
+		}); err != nil {
 			return "", err
 		}
+		row.Status, row.ReplicaVersion, row.SyncedAt = string(p.Status), p.Version, at
 		lf.setApplied(p.Status)
 		if !p.StatusKnown {
 			consumer.AfterCommit(ctx, func() {
@@ -150,13 +155,32 @@ func (h *handler) skippedStale(ctx context.Context, t EventType) {
 	consumer.AfterCommit(ctx, func() { h.m.stale.WithLabelValues(t.String()).Inc() })
 }
 
-// lockRow reads the bond's row for update, or nil when there is none.
+// lockRow reads the bond's row for update, or nil when there is none. In a
+// batch, prepare has read and locked it already.
 func lockRow(ctx context.Context, tx *ent.Tx, id uuid.UUID) (*ent.ReferralBondReplica, error) {
+	if row, ok := preparedRow(ctx, id); ok {
+		return row, nil
+	}
 	row, err := tx.ReferralBondReplica.Query().Where(referralbondreplica.ID(id)).ForUpdate().Only(ctx)
 	if ent.IsNotFound(err) {
 		return nil, nil
 	}
 	return row, err
+}
+
+// updateRow updates the locked row: one UPDATE statement (ent's UpdateOne
+// would read the row back).
+func updateRow(ctx context.Context, tx *ent.Tx, row *ent.ReferralBondReplica, set func(*ent.ReferralBondReplicaUpdate)) error {
+	u := tx.ReferralBondReplica.Update().Where(referralbondreplica.ID(row.ID))
+	set(u)
+	n, err := u.Save(ctx)
+	if err != nil {
+		return fmt.Errorf("update bond %s: %w", row.ID, err)
+	}
+	if n != 1 { // the row is locked by this transaction: cannot happen
+		return fmt.Errorf("update bond %s: %d rows updated, want 1", row.ID, n)
+	}
+	return nil
 }
 
 func rowOf(r *ent.ReferralBondReplica) *Row {

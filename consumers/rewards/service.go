@@ -72,6 +72,7 @@ func New(reg prometheus.Registerer) consumer.Service {
 			{EventType: EventTypeBondClosed, KeyPrefix: KeyPrefixBondClosed, Handle: traced("rewards.bond-closed", h.bondClosed)},
 		},
 		RetryNow: 3,
+		Prepare:  prepare,
 		// Per-key order matters (closed before created on a rebind): no
 		// message may overtake another of its partition.
 		Blocking: true,
