@@ -23,14 +23,37 @@ const StatusActive = "Active"
 // resolveActiveLead returns the one Active lead of the pair (executor agent,
 // primary investor), unique by ux_leads_active_pair, or nil when there is
 // none.
+//
+// In a batch, prepare has resolved and locked it already. On its own (the
+// first message of a fetch, a batch's one-at-a-time replay, a re-run) the
+// message reads the lead optimistically, as the spec says: appendEvent's
+// update is conditioned on the row_version read. But the lead may be
+// locked by another partition's batch that is about to bump that version:
+// read as it was committed before, the message would lose to every such
+// batch, and under load its three re-runs too. So the read waits for the
+// lead's lock holders first — it takes the row lock inside a savepoint and
+// rolls the savepoint back, which releases the lock at once — and returns
+// the lead as they left it. A writer that comes after the read is a
+// concurrent edit (CRM_CONCURRENT_UPDATE), as before.
 func resolveActiveLead(ctx context.Context, tx *ent.Tx, agent, investor uuid.UUID) (*ent.Lead, error) {
+	if l := preparedLead(ctx, agent, investor); l != nil {
+		return l, nil
+	}
+	if _, err := tx.ExecContext(ctx, "SAVEPOINT crm_resolve"); err != nil {
+		return nil, fmt.Errorf("resolve the Active lead of agent %s and investor %s: %w", agent, investor, err)
+	}
 	l, err := tx.Lead.Query().
 		Where(
 			lead.ExecutorAgentUserID(agent),
 			lead.PrimaryInvestorUserID(investor),
 			lead.Status(StatusActive),
 		).
+		Modify(func(s *sql.Selector) { s.For(sql.LockNoKeyUpdate) }).
 		Only(ctx)
+	// Also restores the transaction after a failed read.
+	if _, rerr := tx.ExecContext(ctx, "ROLLBACK TO SAVEPOINT crm_resolve; RELEASE SAVEPOINT crm_resolve"); rerr != nil && err == nil {
+		err = rerr
+	}
 	if ent.IsNotFound(err) {
 		return nil, nil
 	}
@@ -135,6 +158,13 @@ func appendEvent(ctx context.Context, tx *ent.Tx, l *ent.Lead, e FeedEntry, now 
 		return Appended{}, fmt.Errorf("update lead %s: %w", l.ID, err)
 	}
 	if n == 1 {
+		// l stays the lead as this transaction sees it: the next append
+		// of the batch to the same lead expects this version.
+		l.RowVersion++
+		if l.LastEventAt == nil || e.OccurredAt.After(*l.LastEventAt) {
+			t := e.OccurredAt
+			l.LastEventAt = &t
+		}
 		return Appended{EventID: id}, nil
 	}
 	// The conditional update missed: tell a lead that left Active from one

@@ -104,6 +104,7 @@ func (o Options) New(reg prometheus.Registerer) consumer.Service {
 			{EventType: EventType, KeyPrefix: KeyPrefix, Handle: h.handle},
 		},
 		RetryNow: 3,
+		Prepare:  prepare,
 		// Not Blocking: the feed is append-only and idempotent, so an event
 		// waiting for its lead is parked and must not stall its partition.
 		Blocking: false,
