@@ -49,8 +49,11 @@ func (h *handler) handle(ctx context.Context, tx *ent.Tx, m *consumer.Message) (
 			Msg("unknown ChangeType: no-op of the delta, membership follows ActiveParticipants")
 	}
 
-	// Step 3: the chat and its members.
-	c, err := tx.Chat.Query().Where(chat.LeadID(s.LeadID)).Only(ctx)
+	// Step 3: the chat and its members (in a batch, prepare read them).
+	c := preparedChat(ctx, s.LeadID)
+	if c == nil {
+		c, err = tx.Chat.Query().Where(chat.LeadID(s.LeadID)).Only(ctx)
+	}
 	if ent.IsNotFound(err) {
 		log.Info().Str("LeadId", s.LeadID.String()).Int64("Version", s.Version).
 			Str("code", CodeChatNotProvisioned.Name).Msg("retry-not-provisioned")
@@ -69,9 +72,11 @@ func (h *handler) handle(ctx context.Context, tx *ent.Tx, m *consumer.Message) (
 		return SkippedStale, nil
 	}
 
-	rows, err := tx.ChatParticipant.Query().Where(chatparticipant.ChatID(c.ID)).All(ctx)
-	if err != nil {
-		return "", fmt.Errorf("read the members of chat %s: %w", c.ID, err)
+	rows, ok := preparedMembers(ctx, c.ID)
+	if !ok {
+		if rows, err = tx.ChatParticipant.Query().Where(chatparticipant.ChatID(c.ID)).All(ctx); err != nil {
+			return "", fmt.Errorf("read the members of chat %s: %w", c.ID, err)
+		}
 	}
 	byUser := make(map[uuid.UUID]*ent.ChatParticipant, len(rows))
 	var current []member
@@ -113,7 +118,14 @@ func (h *handler) handle(ctx context.Context, tx *ent.Tx, m *consumer.Message) (
 		return "", err
 	}
 
+	// The chat as this transaction sees it now (for the batch's next
+	// event of the lead).
+	c.RowVersion++
+	v := s.Version
+	c.LeadMemberVersion = &v
+
 	if !d.empty() {
+		membersChanged(ctx, c.ID)
 		if err := h.apply(ctx, tx, c.ID, m.MessageID, s, d, byUser); err != nil {
 			return "", err
 		}
