@@ -79,3 +79,25 @@ func LogFields(ctx context.Context, fn func(*zerolog.Event)) {
 		s.fields = append(s.fields, fn)
 	}
 }
+
+// batch is one multi-message transaction's: what its Service.Prepare
+// registered to run before the commit.
+type batch struct {
+	beforeCommit []func(context.Context) error
+}
+
+type batchKey struct{}
+
+// BeforeCommit registers fn to run in the batch's transaction after its
+// last handler and before its marks are settled and it commits: a
+// Service.Prepare uses it to write what the batch's handlers queued with
+// set-based statements. An error rolls the whole batch back and replays it
+// one message at a time, without Prepare. It reports false, and does
+// nothing, when ctx is not a Prepare's (a message handled on its own).
+func BeforeCommit(ctx context.Context, fn func(context.Context) error) bool {
+	b, ok := ctx.Value(batchKey{}).(*batch)
+	if ok {
+		b.beforeCommit = append(b.beforeCommit, fn)
+	}
+	return ok
+}

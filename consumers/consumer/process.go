@@ -196,6 +196,7 @@ func (w *worker) processBatch(items []*item) (ok bool, failed int, err error) {
 		run[i] = true
 	}
 	hctx := ctx
+	b := &batch{}
 	if r.svc.Prepare != nil {
 		msgs := make([]*Message, 0, len(items))
 		for i, it := range items {
@@ -204,7 +205,7 @@ func (w *worker) processBatch(items []*item) (ok bool, failed int, err error) {
 			}
 		}
 		if len(msgs) > 1 {
-			if hctx, err = r.svc.Prepare(ctx, tx, msgs); err != nil {
+			if hctx, err = r.svc.Prepare(context.WithValue(ctx, batchKey{}, b), tx, msgs); err != nil {
 				_ = tx.Rollback()
 				r.log.Info().Err(err).Int("batch", len(items)).Msg("batch prepare failed: one message at a time")
 				return false, -1, nil
@@ -225,6 +226,13 @@ func (w *worker) processBatch(items []*item) (ok bool, failed int, err error) {
 		}
 		it.outcome = out
 		marks = append(marks, mark{it.key, it.msg.Partition, it.msg.Offset, out})
+	}
+	for _, fn := range b.beforeCommit {
+		if err := fn(hctx); err != nil {
+			_ = tx.Rollback()
+			r.log.Info().Err(err).Int("batch", len(items)).Msg("batch write failed: one message at a time")
+			return false, -1, nil
+		}
 	}
 	if err := settleMarks(ctx, tx, marks); err != nil {
 		_ = tx.Rollback()

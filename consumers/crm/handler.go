@@ -4,6 +4,7 @@ import (
 	"context"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/rs/zerolog"
 
 	"github.com/pin-platform/consumers/consumers/consumer"
@@ -41,6 +42,24 @@ func (h *handler) handle(ctx context.Context, tx *ent.Tx, m *consumer.Message) (
 			Msg("selection-title-truncated")
 	}
 
+	// The feed's own idempotency layer (source_message_id) first: an event
+	// applied already is a duplicate whatever its lead became since.
+	b := batchOf(ctx)
+	var (
+		dupOf uuid.UUID // the lead whose feed has the message's entry
+		err   error
+	)
+	if b != nil {
+		dupOf = b.inFeed[m.MessageID] // prepare looked for the whole batch
+	} else if dupOf, err = inFeed(ctx, tx, m.MessageID); err != nil {
+		return "", err
+	}
+	if dupOf != uuid.Nil {
+		leadID := dupOf.String()
+		consumer.LogFields(ctx, func(e *zerolog.Event) { e.Str("LeadId", leadID).Str("duplicate", "source_message_id") })
+		return SkippedDuplicate, nil
+	}
+
 	l, err := resolveActiveLead(ctx, tx, ev.AgentUserID, ev.InvestorUserID)
 	if err != nil {
 		return "", err
@@ -52,12 +71,18 @@ func (h *handler) handle(ctx context.Context, tx *ent.Tx, m *consumer.Message) (
 	consumer.LogFields(ctx, func(e *zerolog.Event) { e.Str("LeadId", leadID) })
 
 	typ := ev.Action.EventType()
-	res, err := appendEvent(ctx, tx, l, FeedEntry{
+	entry := FeedEntry{
 		Type:            typ,
 		OccurredAt:      ev.OccurredAt,
 		SourceMessageID: m.MessageID,
 		Payload:         ev.FeedPayload(),
-	}, h.now())
+	}
+	var res Appended
+	if b != nil && preparedLead(ctx, ev.AgentUserID, ev.InvestorUserID) == l {
+		res, err = b.append(l, entry, h.now()) // written at the end of the batch
+	} else {
+		res, err = appendEvent(ctx, tx, l, entry, h.now())
+	}
 	if c, ok := consumer.CodeOf(err); ok && c.Name == CodeLeadNotFound.Name {
 		return "", h.leadNotFound(ctx, p, err) // the lead vanished between read and write
 	}

@@ -85,58 +85,55 @@ type Appended struct {
 // feet (leave Active, bump row_version).
 var testHookBeforeWrite func(ctx context.Context, leadID uuid.UUID)
 
-// appendEvent appends e to the feed of l, the lead as read in tx. It is the
-// lead aggregate's one write path for feed entries:
+// inFeed returns the lead whose feed holds an entry of the message
+// already (source_message_id, the storage idempotency layer), or uuid.Nil.
+func inFeed(ctx context.Context, tx *ent.Tx, messageID uuid.UUID) (uuid.UUID, error) {
+	ids, err := tx.LeadEvent.Query().Where(leadevent.SourceMessageID(messageID)).
+		Select(leadevent.FieldLeadID).Strings(ctx)
+	if err != nil {
+		return uuid.Nil, fmt.Errorf("look for the feed entry of message %s: %w", messageID, err)
+	}
+	if len(ids) == 0 {
+		return uuid.Nil, nil
+	}
+	return uuid.Parse(ids[0])
+}
+
+// appendEvent appends e to the feed of l, the lead as read in tx, for a
+// message handled on its own (a batch queues its appends: batch.append).
+// The caller has made sure the feed holds no entry of the message
+// (inFeed). It is the lead aggregate's write path for feed entries:
 //
 //   - INV-LEAD-2: the lead must be Active, as read and still at write time
 //     (the update is conditioned on it); otherwise CodeLeadNotActive and
 //     nothing is appended;
-//   - the entry's tenant is the lead's;
-//   - the entry is inserted with ON CONFLICT (source_message_id) WHERE
-//     source_message_id IS NOT NULL DO NOTHING: an entry of the same message
-//     makes the whole append a no-op (Duplicate) without failing the
-//     transaction;
 //   - the lead's last_event_at = greatest(last_event_at, OccurredAt), so an
 //     older event never moves it back; updated_at = now;
 //   - row_version is bumped, conditioned on the version read (optimistic
 //     lock): a lead changed since the read is CodeConcurrentUpdate (re-run
 //     at once in a fresh transaction), one that left Active
-//     CodeLeadNotActive, one that is gone CodeLeadNotFound.
+//     CodeLeadNotActive, one that is gone CodeLeadNotFound;
+//   - the entry's tenant is the lead's; it is inserted with ON CONFLICT
+//     (source_message_id) DO NOTHING, and an entry of the same message
+//     that appeared since inFeed looked is CodeConcurrentUpdate too (the
+//     re-run finds it and skips the message as a duplicate).
+//
+// The lead is updated first, right after its read: the update takes the
+// row's lock, and the shorter the time between the read and the lock, the
+// rarer a lost race to another partition's batch.
 //
 // On an error the caller's transaction must be rolled back (the runtime
-// does): the entry inserted before the lead update is not kept.
+// does): nothing of the attempt is kept.
 func appendEvent(ctx context.Context, tx *ent.Tx, l *ent.Lead, e FeedEntry, now time.Time) (Appended, error) {
 	if l.Status != StatusActive {
 		return Appended{}, CodeLeadNotActive.Errorf("lead %s is %s, not Active (INV-LEAD-2)", l.ID, l.Status)
-	}
-	if testHookBeforeWrite != nil {
-		testHookBeforeWrite(ctx, l.ID)
 	}
 	payload, err := json.Marshal(e.Payload)
 	if err != nil {
 		return Appended{}, fmt.Errorf("marshal the feed payload: %w", err)
 	}
-	id := uuid.New()
-	err = tx.LeadEvent.Create().
-		SetID(id).
-		SetLeadID(l.ID).
-		SetTenantID(l.TenantID).
-		SetType(string(e.Type)).
-		SetOccurredAt(e.OccurredAt).
-		SetSourceMessageID(e.SourceMessageID).
-		SetPayload(payload).
-		SetCreatedAt(now).
-		OnConflict(
-			sql.ConflictColumns(leadevent.FieldSourceMessageID),
-			sql.ConflictWhere(sql.NotNull(leadevent.FieldSourceMessageID)),
-		).
-		DoNothing().
-		Exec(ctx)
-	if errors.Is(err, stdsql.ErrNoRows) { // ON CONFLICT DO NOTHING returned no row (ent#1821)
-		return Appended{Duplicate: true}, nil
-	}
-	if err != nil {
-		return Appended{}, fmt.Errorf("insert the feed entry of lead %s: %w", l.ID, err)
+	if testHookBeforeWrite != nil {
+		testHookBeforeWrite(ctx, l.ID)
 	}
 
 	n, err := tx.Lead.Update().
@@ -157,27 +154,44 @@ func appendEvent(ctx context.Context, tx *ent.Tx, l *ent.Lead, e FeedEntry, now 
 	if err != nil {
 		return Appended{}, fmt.Errorf("update lead %s: %w", l.ID, err)
 	}
-	if n == 1 {
-		// l stays the lead as this transaction sees it: the next append
-		// of the batch to the same lead expects this version.
-		l.RowVersion++
-		if l.LastEventAt == nil || e.OccurredAt.After(*l.LastEventAt) {
-			t := e.OccurredAt
-			l.LastEventAt = &t
+	if n != 1 {
+		// The conditional update missed: tell a lead that left Active from
+		// one that was only edited. Read committed: this sees the change.
+		cur, err := tx.Lead.Query().Where(lead.ID(l.ID)).Select(lead.FieldStatus, lead.FieldRowVersion).Only(ctx)
+		switch {
+		case ent.IsNotFound(err):
+			return Appended{}, CodeLeadNotFound.Errorf("lead %s disappeared between its read and the write", l.ID)
+		case err != nil:
+			return Appended{}, fmt.Errorf("re-read lead %s: %w", l.ID, err)
+		case cur.Status != StatusActive:
+			return Appended{}, CodeLeadNotActive.Errorf("lead %s left Active (now %s) between its read and the write (INV-LEAD-2)", l.ID, cur.Status)
+		default:
+			return Appended{}, CodeConcurrentUpdate.Errorf("lead %s changed concurrently (row_version %d read, %d now)", l.ID, l.RowVersion, cur.RowVersion)
 		}
-		return Appended{EventID: id}, nil
 	}
-	// The conditional update missed: tell a lead that left Active from one
-	// that was only edited. Read committed: this sees the change.
-	cur, err := tx.Lead.Query().Where(lead.ID(l.ID)).Select(lead.FieldStatus, lead.FieldRowVersion).Only(ctx)
-	switch {
-	case ent.IsNotFound(err):
-		return Appended{}, CodeLeadNotFound.Errorf("lead %s disappeared between its read and the write", l.ID)
-	case err != nil:
-		return Appended{}, fmt.Errorf("re-read lead %s: %w", l.ID, err)
-	case cur.Status != StatusActive:
-		return Appended{}, CodeLeadNotActive.Errorf("lead %s left Active (now %s) between its read and the write (INV-LEAD-2)", l.ID, cur.Status)
-	default:
-		return Appended{}, CodeConcurrentUpdate.Errorf("lead %s changed concurrently (row_version %d read, %d now)", l.ID, l.RowVersion, cur.RowVersion)
+
+	id := uuid.New()
+	err = tx.LeadEvent.Create().
+		SetID(id).
+		SetLeadID(l.ID).
+		SetTenantID(l.TenantID).
+		SetType(string(e.Type)).
+		SetOccurredAt(e.OccurredAt).
+		SetSourceMessageID(e.SourceMessageID).
+		SetPayload(payload).
+		SetCreatedAt(now).
+		OnConflict(
+			sql.ConflictColumns(leadevent.FieldSourceMessageID),
+			sql.ConflictWhere(sql.NotNull(leadevent.FieldSourceMessageID)),
+		).
+		DoNothing().
+		Exec(ctx)
+	if errors.Is(err, stdsql.ErrNoRows) { // ON CONFLICT DO NOTHING returned no row (ent#1821)
+		return Appended{}, CodeConcurrentUpdate.Errorf("the feed entry of message %s appeared concurrently", e.SourceMessageID)
 	}
+	if err != nil {
+		return Appended{}, fmt.Errorf("insert the feed entry of lead %s: %w", l.ID, err)
+	}
+	l.RowVersion++
+	return Appended{EventID: id}, nil
 }

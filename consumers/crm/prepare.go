@@ -1,7 +1,12 @@
 package crm
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"time"
 
 	"entgo.io/ent/dialect/sql"
 	"github.com/google/uuid"
@@ -10,12 +15,35 @@ import (
 	"github.com/pin-platform/consumers/consumers/consumer"
 	"github.com/pin-platform/consumers/ent"
 	"github.com/pin-platform/consumers/ent/lead"
+	"github.com/pin-platform/consumers/ent/leadevent"
 )
 
 // pair is a lead's resolution key: (executor agent, primary investor).
 type pair struct{ agent, investor uuid.UUID }
 
-type leadsKey struct{}
+type batchKey struct{}
+
+// batch is a prepared batch: its leads, locked, and the writes its handlers
+// queued for the end of the batch.
+type batch struct {
+	tx    *ent.Tx
+	leads map[pair]*ent.Lead
+	// inFeed maps the MessageIds of the batch that the feed has already
+	// (source_message_id), and those queued since, to their lead.
+	inFeed map[uuid.UUID]uuid.UUID
+	rows   []*ent.LeadEventCreate
+	bumps  map[uuid.UUID]*bump // by lead
+	now    time.Time
+}
+
+// bump is what the batch does to one lead: n appends, the newest
+// OccurredAt, on the row_version read.
+type bump struct {
+	id      uuid.UUID
+	version int64
+	n       int64
+	newest  time.Time
+}
 
 // prepare resolves the Active leads of every (agent, investor) pair of the
 // batch with one statement and locks them FOR NO KEY UPDATE in id order.
@@ -34,7 +62,9 @@ type leadsKey struct{}
 func prepare(ctx context.Context, tx *ent.Tx, msgs []*consumer.Message) (context.Context, error) {
 	seen := make(map[pair]bool, len(msgs))
 	var agents, investors []string
+	msgIDs := make([]uuid.UUID, 0, len(msgs))
 	for _, m := range msgs {
+		msgIDs = append(msgIDs, m.MessageID)
 		w, err := consumer.DecodePayload[struct {
 			AgentUserID    *string `json:"AgentUserId"`
 			InvestorUserID *string `json:"InvestorUserId"`
@@ -67,16 +97,146 @@ func prepare(ctx context.Context, tx *ent.Tx, msgs []*consumer.Message) (context
 	if err != nil {
 		return nil, err
 	}
-	leads := make(map[pair]*ent.Lead, len(found))
+	b := &batch{tx: tx, leads: make(map[pair]*ent.Lead, len(found)), inFeed: map[uuid.UUID]uuid.UUID{}, bumps: map[uuid.UUID]*bump{}}
 	for _, l := range found {
-		leads[pair{l.ExecutorAgentUserID, l.PrimaryInvestorUserID}] = l
+		b.leads[pair{l.ExecutorAgentUserID, l.PrimaryInvestorUserID}] = l
 	}
-	return context.WithValue(ctx, leadsKey{}, leads), nil
+	if len(found) == 0 {
+		return ctx, nil
+	}
+	// The feed's second idempotency layer, for the whole batch at once.
+	var have []struct {
+		Source uuid.UUID `json:"source_message_id"`
+		Lead   uuid.UUID `json:"lead_id"`
+	}
+	if err := tx.LeadEvent.Query().
+		Where(leadevent.SourceMessageIDIn(msgIDs...)).
+		Select(leadevent.FieldSourceMessageID, leadevent.FieldLeadID).
+		Scan(ctx, &have); err != nil {
+		return nil, err
+	}
+	for _, r := range have {
+		b.inFeed[r.Source] = r.Lead
+	}
+	if !consumer.BeforeCommit(ctx, b.flush) {
+		return ctx, nil // not a batch after all: the handlers write themselves
+	}
+	return context.WithValue(ctx, batchKey{}, b), nil
+}
+
+// batchOf is the prepared batch of ctx, or nil.
+func batchOf(ctx context.Context) *batch {
+	b, _ := ctx.Value(batchKey{}).(*batch)
+	return b
 }
 
 // preparedLead is the pair's Active lead as prepare locked it, kept in step
-// with the batch's writes by appendEvent, or nil.
+// with the batch's appends, or nil.
 func preparedLead(ctx context.Context, agent, investor uuid.UUID) *ent.Lead {
-	leads, _ := ctx.Value(leadsKey{}).(map[pair]*ent.Lead)
-	return leads[pair{agent, investor}]
+	if b := batchOf(ctx); b != nil {
+		return b.leads[pair{agent, investor}]
+	}
+	return nil
+}
+
+// append is appendEvent for a lead that prepare locked: the same rules, but
+// the feed row and the lead's update are queued for flush. The lead is
+// locked by this transaction since prepare, so it cannot leave Active or
+// change under the batch.
+func (b *batch) append(l *ent.Lead, e FeedEntry, now time.Time) (Appended, error) {
+	if l.Status != StatusActive {
+		return Appended{}, CodeLeadNotActive.Errorf("lead %s is %s, not Active (INV-LEAD-2)", l.ID, l.Status)
+	}
+	if _, ok := b.inFeed[e.SourceMessageID]; ok {
+		return Appended{Duplicate: true}, nil
+	}
+	payload, err := json.Marshal(e.Payload)
+	if err != nil {
+		return Appended{}, fmt.Errorf("marshal the feed payload: %w", err)
+	}
+	id := uuid.New()
+	b.rows = append(b.rows, b.tx.LeadEvent.Create().
+		SetID(id).
+		SetLeadID(l.ID).
+		SetTenantID(l.TenantID).
+		SetType(string(e.Type)).
+		SetOccurredAt(e.OccurredAt).
+		SetSourceMessageID(e.SourceMessageID).
+		SetPayload(payload).
+		SetCreatedAt(now))
+	b.inFeed[e.SourceMessageID] = l.ID
+	bp := b.bumps[l.ID]
+	if bp == nil {
+		bp = &bump{id: l.ID, version: l.RowVersion}
+		b.bumps[l.ID] = bp
+	}
+	bp.n++
+	if e.OccurredAt.After(bp.newest) {
+		bp.newest = e.OccurredAt
+	}
+	b.now = now
+	return Appended{EventID: id}, nil
+}
+
+// flush writes what the batch queued: the feed rows with one INSERT, the
+// leads with one UPDATE (row_version + the lead's appends, last_event_at =
+// greatest(last_event_at, its newest OccurredAt), updated_at), conditioned
+// per lead on the row_version read and on status Active. Any surprise — a
+// feed row that exists after all, a lead that moved — fails the batch,
+// which the runtime then replays one message at a time.
+func (b *batch) flush(ctx context.Context) error {
+	if len(b.rows) == 0 {
+		return nil
+	}
+	tx := b.tx
+	if err := tx.LeadEvent.CreateBulk(b.rows...).Exec(ctx); err != nil {
+		return fmt.Errorf("insert the batch's %d feed entries: %w", len(b.rows), err)
+	}
+	bumps := make([]*bump, 0, len(b.bumps))
+	ids := make([]uuid.UUID, 0, len(b.bumps))
+	for _, bp := range b.bumps {
+		bumps = append(bumps, bp)
+	}
+	slices.SortFunc(bumps, func(x, y *bump) int { return bytes.Compare(x.id[:], y.id[:]) })
+	for _, bp := range bumps {
+		ids = append(ids, bp.id)
+	}
+	// CASE id WHEN … THEN … END: one value per lead, in one statement.
+	byLead := func(cast string, v func(*bump) any) func(*sql.Builder) {
+		return func(sb *sql.Builder) {
+			sb.WriteString("CASE ").Ident(lead.FieldID)
+			for _, bp := range bumps {
+				sb.WriteString(" WHEN ").Arg(bp.id).WriteString(" THEN ").Arg(v(bp)).WriteString("::" + cast)
+			}
+			sb.WriteString(" END")
+		}
+	}
+	n, err := tx.Lead.Update().
+		Where(lead.IDIn(ids...), lead.Status(StatusActive), func(s *sql.Selector) {
+			s.Where(sql.P(func(sb *sql.Builder) {
+				sb.Ident(lead.FieldRowVersion).WriteString(" = ")
+				byLead("bigint", func(bp *bump) any { return bp.version })(sb)
+			}))
+		}).
+		SetUpdatedAt(b.now).
+		Modify(func(u *sql.UpdateBuilder) {
+			u.Set(lead.FieldRowVersion, sql.ExprFunc(func(sb *sql.Builder) {
+				sb.Ident(lead.FieldRowVersion).WriteString(" + ")
+				byLead("bigint", func(bp *bump) any { return bp.n })(sb)
+			}))
+			u.Set(lead.FieldLastEventAt, sql.ExprFunc(func(sb *sql.Builder) {
+				// GREATEST ignores NULL: a first event sets it.
+				sb.WriteString("GREATEST(").Ident(lead.FieldLastEventAt).Comma()
+				byLead("timestamptz", func(bp *bump) any { return bp.newest })(sb)
+				sb.WriteByte(')')
+			}))
+		}).
+		Save(ctx)
+	if err != nil {
+		return fmt.Errorf("update the batch's %d leads: %w", len(ids), err)
+	}
+	if n != len(ids) {
+		return fmt.Errorf("update the batch's %d leads: %d updated (a lead moved under its lock?)", len(ids), n)
+	}
+	return nil
 }
