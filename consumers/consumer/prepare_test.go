@@ -20,7 +20,11 @@ type preparedKey struct{}
 // preparing is the probe with a Service.Prepare that records what it was
 // given and tags the context; the handler counts the runs that saw the tag.
 type preparing struct {
-	fail     bool
+	fail      bool
+	flushFail bool
+	flushes   atomic.Int64
+	flushed   atomic.Int64 // handler runs seen by the flushes
+	early     atomic.Bool  // a flush ran before its batch's handlers had
 	mu       sync.Mutex
 	given    []uuid.UUID // MessageIds passed to Prepare, over all batches
 	calls    int
@@ -43,6 +47,26 @@ func (p *preparing) service(reg prometheus.Registerer) consumer.Service {
 		}
 		if p.fail {
 			return nil, errors.New("prepare fails")
+		}
+		n := len(msgs)
+		p.mu.Lock()
+		upTo := int64(len(p.given)) // handler runs in batches once this one's have run
+		p.mu.Unlock()
+		if !consumer.BeforeCommit(ctx, func(ctx context.Context) error {
+			if p.withTag.Load() < upTo {
+				p.early.Store(true)
+			}
+			p.flushes.Add(1)
+			p.flushed.Add(int64(n))
+			if _, err := tx.ExecContext(ctx, `SELECT 1`); err != nil {
+				return err
+			}
+			if p.flushFail {
+				return errors.New("flush fails")
+			}
+			return nil
+		}) {
+			return nil, errors.New("BeforeCommit refused in Prepare")
 		}
 		return context.WithValue(ctx, preparedKey{}, true), nil
 	}
@@ -131,5 +155,66 @@ func TestAFailingPrepareReplaysTheBatchOneMessageAtATime(t *testing.T) {
 	}
 	if got := r.Counter("pin_consumer_messages_total", map[string]string{"outcome": "applied"}); got != n {
 		t.Fatalf("messages_total{applied} = %v, want %d", got, n)
+	}
+}
+
+func TestAFailingBeforeCommitReplaysTheBatchOneMessageAtATime(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	leadID := e.lead()
+	const n = 10
+	for i := 0; i < n; i++ {
+		_, v := envelope(leadID, "")
+		e.produce(0, v)
+	}
+	p := &preparing{flushFail: true}
+	consumertest.Start(t, e.cluster.Bootstrap, e.url, p.service, consumertest.Options{})
+	e.waitCommitted(n)
+
+	if got := e.events(leadID); got != n {
+		t.Fatalf("lead_events = %d, want %d (each message once: the failed batch rolled back)", got, n)
+	}
+	if p.flushes.Load() == 0 {
+		t.Fatal("BeforeCommit never ran: the messages were not batched")
+	}
+	// The batched messages ran twice: in the batch, then on their own.
+	p.mu.Lock()
+	batched := int64(len(p.given))
+	p.mu.Unlock()
+	if got, want := p.withTag.Load(), batched; got != want {
+		t.Fatalf("%d runs in batches, want %d", got, want)
+	}
+	if got := p.untagged.Load(); got != n {
+		t.Fatalf("%d runs on their own, want %d", got, n)
+	}
+}
+
+func TestBeforeCommitRunsAfterTheBatchsHandlers(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	leadID := e.lead()
+	const n = 12
+	for i := 0; i < n; i++ {
+		_, v := envelope(leadID, "")
+		e.produce(2, v)
+	}
+	p := &preparing{}
+	consumertest.Start(t, e.cluster.Bootstrap, e.url, p.service, consumertest.Options{})
+	e.waitCommitted(n)
+	if p.flushes.Load() == 0 {
+		t.Fatal("BeforeCommit never ran: the messages were not batched")
+	}
+	// One flush per Prepare, each after all of its batch's handlers.
+	p.mu.Lock()
+	calls, given := p.calls, len(p.given)
+	p.mu.Unlock()
+	if got := p.flushes.Load(); got != int64(calls) {
+		t.Fatalf("%d flushes for %d batches", got, calls)
+	}
+	if p.early.Load() {
+		t.Fatal("a BeforeCommit function ran before its batch's handlers")
+	}
+	if got := p.flushed.Load(); got != int64(given) || p.withTag.Load() != int64(given) {
+		t.Fatalf("flushes covered %d messages, handlers ran %d in batches; want %d", got, p.withTag.Load(), given)
 	}
 }
