@@ -135,7 +135,7 @@ func (w *worker) handle(batch []*kafka.Message) bool {
 // that failure as its first attempt, and the rest go on as a new batch.
 func (w *worker) runRouted(items []*item) bool {
 	for len(items) > 0 {
-		if len(items) == 1 {
+		if len(items) == 1 && w.r.svc.Prepare == nil {
 			return w.processOne(items[0], nil)
 		}
 		ok, k, err := w.processBatch(items)
@@ -204,7 +204,7 @@ func (w *worker) processBatch(items []*item) (ok bool, failed int, err error) {
 				msgs = append(msgs, it.msg)
 			}
 		}
-		if len(msgs) > 1 {
+		if len(msgs) > 0 {
 			if hctx, err = r.svc.Prepare(context.WithValue(ctx, batchKey{}, b), tx, msgs); err != nil {
 				_ = tx.Rollback()
 				r.log.Info().Err(err).Int("batch", len(items)).Msg("batch prepare failed: one message at a time")
