@@ -366,6 +366,7 @@ func TestAC5_RedeliveryAndReplayDuplicateNothing(t *testing.T) {
 // CRM_LEAD_NOT_ACTIVE, nothing appended; handled like a missing lead.
 func TestAC6_LeadLeavingActiveBeforeTheWriteAppendsNothing(t *testing.T) {
 	h := newHarness(t)
+	h.optimistic = true
 	hooks := newHooks(t)
 	h.start(0, "")
 	at := micro(time.Now().Add(-time.Hour))
@@ -431,6 +432,7 @@ func TestAC6_LeadLeavingActiveBeforeTheWriteAppendsNothing(t *testing.T) {
 // dead-lettered as CRM_CONCURRENT_UPDATE.
 func TestConcurrentEditOfTheLeadIsRetriedThenDeadLettered(t *testing.T) {
 	h := newHarness(t)
+	h.optimistic = true
 	hooks := newHooks(t)
 	h.start(0, "")
 	at := micro(time.Now().Add(-time.Hour))
