@@ -43,20 +43,22 @@ func (h *handler) bondCreated(ctx context.Context, tx *ent.Tx, m *consumer.Messa
 		lf.setRow(row)
 		switch a := Decide(rowOf(row), ev); a {
 		case ActionInsert:
+			if rs := batchRows(ctx); rs != nil { // inserted at the end of the batch
+				if holder := rs.activeOf(p.ReferredUserID); holder != nil {
+					return "", activeConflictOf(p, holder)
+				}
+				rs.queueInsert(newRow(p, at))
+				lf.setApplied(StatusActive)
+				return OutcomeCreated, nil
+			}
 			inserted, err := insertActive(ctx, tx, p, at)
 			if err != nil {
 				return "", err
 			}
 			if inserted {
-				rememberRow(ctx, p.BondID, &ent.ReferralBondReplica{
-					ID: p.BondID, ReferredUserID: p.ReferredUserID, ReferrerUserID: p.ReferrerUserID,
-					ReferrerCompanyID: p.ReferrerCompanyID, Status: string(StatusActive),
-					BoundAt: p.BoundAt.Round(time.Microsecond), ReplicaVersion: p.Version, SyncedAt: at,
-				})
 				lf.setApplied(StatusActive)
 				return OutcomeCreated, nil
 			}
-			rememberRow(ctx, p.BondID, nil) // read the table from now on
 			// Nothing inserted: either the bond itself appeared since we
 			// looked (a concurrent processor of the same message): decide
 			// again on its row; or another bond is Active for the
@@ -73,12 +75,10 @@ func (h *handler) bondCreated(ctx context.Context, tx *ent.Tx, m *consumer.Messa
 			}
 			return "", activeConflict(ctx, tx, p)
 		case ActionUpdate:
-			if err := updateRow(ctx, tx, row, func(u *ent.ReferralBondReplicaUpdate) {
-				u.SetReplicaVersion(p.Version).SetSyncedAt(at)
-			}); err != nil {
+			row.ReplicaVersion, row.SyncedAt = p.Version, at
+			if err := writeRow(ctx, tx, row); err != nil {
 				return "", err
 			}
-			row.ReplicaVersion, row.SyncedAt = p.Version, at
 			lf.setApplied(Status(row.Status))
 			if diffs := immutableDiffs(row, p); len(diffs) > 0 {
 				consumer.AfterCommit(ctx, func() {
@@ -121,12 +121,10 @@ func (h *handler) bondClosed(ctx context.Context, tx *ent.Tx, m *consumer.Messag
 	ev := Event{Type: BondClosedEvent, Version: p.Version, ReferredUserID: p.ReferredUserID}
 	switch a := Decide(rowOf(row), ev); a {
 	case ActionClose:
-		if err := updateRow(ctx, tx, row, func(u *ent.ReferralBondReplicaUpdate) {
-			u.SetStatus(string(p.Status)).SetReplicaVersion(p.Version).SetSyncedAt(at)
-		}); err != nil {
+		row.Status, row.ReplicaVersion, row.SyncedAt = string(p.Status), p.Version, at
+		if err := writeRow(ctx, tx, row); err != nil {
 			return "", err
 		}
-		row.Status, row.ReplicaVersion, row.SyncedAt = string(p.Status), p.Version, at
 		lf.setApplied(p.Status)
 		if !p.StatusKnown {
 			consumer.AfterCommit(ctx, func() {
@@ -168,12 +166,28 @@ func lockRow(ctx context.Context, tx *ent.Tx, id uuid.UUID) (*ent.ReferralBondRe
 	return row, err
 }
 
-// updateRow updates the locked row: one UPDATE statement (ent's UpdateOne
-// would read the row back).
-func updateRow(ctx context.Context, tx *ent.Tx, row *ent.ReferralBondReplica, set func(*ent.ReferralBondReplicaUpdate)) error {
-	u := tx.ReferralBondReplica.Update().Where(referralbondreplica.ID(row.ID))
-	set(u)
-	n, err := u.Save(ctx)
+// newRow is the Active row a bond-created inserts.
+func newRow(p BondCreated, at time.Time) *ent.ReferralBondReplica {
+	return &ent.ReferralBondReplica{
+		ID: p.BondID, ReferredUserID: p.ReferredUserID, ReferrerUserID: p.ReferrerUserID,
+		ReferrerCompanyID: p.ReferrerCompanyID, Status: string(StatusActive),
+		BoundAt: p.BoundAt.Round(time.Microsecond), ReplicaVersion: p.Version, SyncedAt: at,
+	}
+}
+
+// writeRow writes the locked row's mutable fields (status, replica_version,
+// synced_at) as the handler set them: in a batch at its end, else now with
+// one UPDATE statement (ent's UpdateOne would read the row back).
+func writeRow(ctx context.Context, tx *ent.Tx, row *ent.ReferralBondReplica) error {
+	if rs := batchRows(ctx); rs != nil {
+		rs.queueUpdate(row)
+		return nil
+	}
+	n, err := tx.ReferralBondReplica.Update().Where(referralbondreplica.ID(row.ID)).
+		SetStatus(row.Status).
+		SetReplicaVersion(row.ReplicaVersion).
+		SetSyncedAt(row.SyncedAt).
+		Save(ctx)
 	if err != nil {
 		return fmt.Errorf("update bond %s: %w", row.ID, err)
 	}
@@ -224,6 +238,10 @@ func activeConflict(ctx context.Context, tx *ent.Tx, p BondCreated) error {
 	if holder == nil { // closed since the insert looked: not a conflict any more
 		return fmt.Errorf("bond-created for BondId %s: the insert conflicted, but no Active bond holds ReferredUserId %s now", p.BondID, p.ReferredUserID)
 	}
+	return activeConflictOf(p, holder)
+}
+
+func activeConflictOf(p BondCreated, holder *ent.ReferralBondReplica) error {
 	return CodeActiveConflict.Errorf("bond-created for BondId %s (Version %d): ReferredUserId %s already has the Active bond %s (replica_version %d) (INV-BND-3)",
 		p.BondID, p.Version, p.ReferredUserID, holder.ID, holder.ReplicaVersion)
 }

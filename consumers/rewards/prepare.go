@@ -1,8 +1,12 @@
 package rewards
 
 import (
+	"bytes"
 	"context"
+	"fmt"
+	"slices"
 
+	"entgo.io/ent/dialect/sql"
 	"github.com/google/uuid"
 
 	"github.com/pin-platform/consumers/consumers/consumer"
@@ -15,8 +19,13 @@ import (
 // known to have no row. The handlers keep it in step with their writes, so
 // a bond met twice in one batch sees the first event's effect.
 type rows struct {
+	tx     *ent.Tx
 	byID   map[uuid.UUID]*ent.ReferralBondReplica
 	absent map[uuid.UUID]bool
+	// inserts and updates are the batch's writes, queued for flush: the
+	// rows (byID's, in their final state) to insert and to update.
+	inserts map[uuid.UUID]bool
+	updates map[uuid.UUID]bool
 }
 
 type rowsKey struct{}
@@ -29,9 +38,11 @@ type rowsKey struct{}
 func prepare(ctx context.Context, tx *ent.Tx, msgs []*consumer.Message) (context.Context, error) {
 	seen := make(map[uuid.UUID]bool, len(msgs))
 	ids := make([]uuid.UUID, 0, len(msgs))
+	users := make([]uuid.UUID, 0, len(msgs))
 	for _, m := range msgs {
 		w, err := consumer.DecodePayload[struct {
-			BondID *string `json:"BondId"`
+			BondID         *string `json:"BondId"`
+			ReferredUserID *string `json:"ReferredUserId"`
 		}](m)
 		if err != nil || w.BondID == nil {
 			continue
@@ -42,24 +53,142 @@ func prepare(ctx context.Context, tx *ent.Tx, msgs []*consumer.Message) (context
 		}
 		seen[id] = true
 		ids = append(ids, id)
+		if w.ReferredUserID != nil {
+			if u, err := uuid.Parse(*w.ReferredUserID); err == nil {
+				users = append(users, u)
+			}
+		}
 	}
 	if len(ids) == 0 {
 		return ctx, nil
 	}
+	// The bonds of the batch, and the Active bonds of its referred users:
+	// a bond-created checks the single-active rule (INV-BND-3) against
+	// them, as its INSERT would, before the INSERT runs at the end.
 	found, err := tx.ReferralBondReplica.Query().
-		Where(referralbondreplica.IDIn(ids...)).
+		Where(referralbondreplica.Or(
+			referralbondreplica.IDIn(ids...),
+			referralbondreplica.And(
+				referralbondreplica.ReferredUserIDIn(users...),
+				referralbondreplica.Status(string(StatusActive)),
+			),
+		)).
 		Order(ent.Asc(referralbondreplica.FieldID)).
 		ForUpdate().
 		All(ctx)
 	if err != nil {
 		return nil, err
 	}
-	rs := &rows{byID: make(map[uuid.UUID]*ent.ReferralBondReplica, len(found)), absent: seen}
+	rs := &rows{tx: tx, byID: make(map[uuid.UUID]*ent.ReferralBondReplica, len(found)), absent: seen,
+		inserts: map[uuid.UUID]bool{}, updates: map[uuid.UUID]bool{}}
 	for _, r := range found {
 		rs.byID[r.ID] = r
 		delete(rs.absent, r.ID)
 	}
+	if !consumer.BeforeCommit(ctx, rs.flush) {
+		return ctx, nil
+	}
 	return context.WithValue(ctx, rowsKey{}, rs), nil
+}
+
+// batchRows is the prepared batch of ctx, or nil.
+func batchRows(ctx context.Context) *rows {
+	rs, _ := ctx.Value(rowsKey{}).(*rows)
+	return rs
+}
+
+// activeOf is the Active bond of the referred user in the batch's view
+// (the table as locked, with the batch's writes), or nil.
+func (rs *rows) activeOf(user uuid.UUID) *ent.ReferralBondReplica {
+	for _, r := range rs.byID {
+		if r.ReferredUserID == user && Status(r.Status).Active() {
+			return r
+		}
+	}
+	return nil
+}
+
+// queueInsert queues a new row; it is inserted by flush, as it is then.
+func (rs *rows) queueInsert(r *ent.ReferralBondReplica) {
+	delete(rs.absent, r.ID)
+	rs.byID[r.ID] = r
+	rs.inserts[r.ID] = true
+}
+
+// queueUpdate queues the write of a row the handler changed in place
+// (status, replica_version, synced_at). A row queued for insert is
+// inserted as it is by then.
+func (rs *rows) queueUpdate(r *ent.ReferralBondReplica) {
+	delete(rs.absent, r.ID)
+	rs.byID[r.ID] = r
+	if !rs.inserts[r.ID] {
+		rs.updates[r.ID] = true
+	}
+}
+
+// flush writes the batch's rows: first the updates, with one UPDATE (they
+// close bonds or move the version of Active ones, so they can only make
+// room under the single-active index), then the inserts with one INSERT.
+// The inserts have no ON CONFLICT: a bond that exists after all, or a
+// second Active bond of a referred user (INV-BND-3), fails the statement
+// and the batch, which the runtime then replays one message at a time —
+// where the handler sees the conflict and reports it with its code.
+func (rs *rows) flush(ctx context.Context) error {
+	if len(rs.updates) > 0 {
+		ids := sortedIDs(rs.updates)
+		caseOf := func(cast string, v func(*ent.ReferralBondReplica) any) sql.Querier {
+			return sql.ExprFunc(func(b *sql.Builder) {
+				b.WriteString("CASE ").Ident(referralbondreplica.FieldID)
+				for _, id := range ids {
+					b.WriteString(" WHEN ").Arg(id).WriteString(" THEN ").Arg(v(rs.byID[id])).WriteString("::" + cast)
+				}
+				b.WriteString(" END")
+			})
+		}
+		n, err := rs.tx.ReferralBondReplica.Update().
+			Where(referralbondreplica.IDIn(ids...)).
+			Modify(func(u *sql.UpdateBuilder) {
+				u.Set(referralbondreplica.FieldStatus, caseOf("varchar", func(r *ent.ReferralBondReplica) any { return r.Status }))
+				u.Set(referralbondreplica.FieldReplicaVersion, caseOf("bigint", func(r *ent.ReferralBondReplica) any { return r.ReplicaVersion }))
+				u.Set(referralbondreplica.FieldSyncedAt, caseOf("timestamptz", func(r *ent.ReferralBondReplica) any { return r.SyncedAt }))
+			}).
+			Save(ctx)
+		if err != nil {
+			return fmt.Errorf("update the batch's %d bonds: %w", len(ids), err)
+		}
+		if n != len(ids) {
+			return fmt.Errorf("update the batch's %d bonds: %d updated", len(ids), n)
+		}
+	}
+	if len(rs.inserts) > 0 {
+		ids := sortedIDs(rs.inserts)
+		creates := make([]*ent.ReferralBondReplicaCreate, len(ids))
+		for i, id := range ids {
+			r := rs.byID[id]
+			creates[i] = rs.tx.ReferralBondReplica.Create().
+				SetID(r.ID).
+				SetReferredUserID(r.ReferredUserID).
+				SetReferrerUserID(r.ReferrerUserID).
+				SetNillableReferrerCompanyID(r.ReferrerCompanyID).
+				SetStatus(r.Status).
+				SetBoundAt(r.BoundAt).
+				SetReplicaVersion(r.ReplicaVersion).
+				SetSyncedAt(r.SyncedAt)
+		}
+		if err := rs.tx.ReferralBondReplica.CreateBulk(creates...).Exec(ctx); err != nil {
+			return fmt.Errorf("insert the batch's %d bonds: %w", len(ids), err)
+		}
+	}
+	return nil
+}
+
+func sortedIDs(set map[uuid.UUID]bool) []uuid.UUID {
+	ids := make([]uuid.UUID, 0, len(set))
+	for id := range set {
+		ids = append(ids, id)
+	}
+	slices.SortFunc(ids, func(a, b uuid.UUID) int { return bytes.Compare(a[:], b[:]) })
+	return ids
 }
 
 // preparedRow returns the bond's row as prepare loaded it (nil: no row) and
@@ -73,18 +202,4 @@ func preparedRow(ctx context.Context, id uuid.UUID) (*ent.ReferralBondReplica, b
 		return r, true
 	}
 	return nil, rs.absent[id]
-}
-
-// rememberRow records the row a handler wrote (nil: forget what prepare
-// knew of the bond, so the next event of it reads the table).
-func rememberRow(ctx context.Context, id uuid.UUID, r *ent.ReferralBondReplica) {
-	rs, ok := ctx.Value(rowsKey{}).(*rows)
-	if !ok {
-		return
-	}
-	delete(rs.absent, id)
-	delete(rs.byID, id)
-	if r != nil {
-		rs.byID[id] = r
-	}
 }
