@@ -25,11 +25,11 @@ type preparing struct {
 	flushes   atomic.Int64
 	flushed   atomic.Int64 // handler runs seen by the flushes
 	early     atomic.Bool  // a flush ran before its batch's handlers had
-	mu       sync.Mutex
-	given    []uuid.UUID // MessageIds passed to Prepare, over all batches
-	calls    int
-	withTag  atomic.Int64
-	untagged atomic.Int64
+	mu        sync.Mutex
+	given     []uuid.UUID // MessageIds passed to Prepare, over all batches
+	calls     int
+	withTag   atomic.Int64
+	untagged  atomic.Int64
 }
 
 func (p *preparing) service(reg prometheus.Registerer) consumer.Service {
