@@ -125,8 +125,9 @@ func (h *handler) handle(ctx context.Context, tx *ent.Tx, m *consumer.Message) (
 	c.LeadMemberVersion = &v
 
 	if !d.empty() {
-		membersChanged(ctx, c.ID)
-		if err := h.apply(ctx, tx, c.ID, m.MessageID, s, d, byUser); err != nil {
+		if b := batchOf(ctx); b != nil && ok { // rows is the batch's view: queue
+			b.apply(c.ID, m.MessageID, s, d, byUser)
+		} else if err := h.apply(ctx, tx, c.ID, m.MessageID, s, d, byUser); err != nil {
 			return "", err
 		}
 	}
@@ -155,7 +156,7 @@ func (h *handler) apply(ctx context.Context, tx *ent.Tx, chatID, messageID uuid.
 	var inserts []*ent.ChatParticipantCreate
 	for _, a := range d.Add {
 		if r, ok := byUser[a.UserID]; ok {
-			if err := tx.ChatParticipant.UpdateOneID(r.ID).
+			if err := tx.ChatParticipant.Update().Where(chatparticipant.ID(r.ID)).
 				SetRole(a.Role).ClearRemovedAt().SetJoinedAt(now).
 				Exec(ctx); err != nil {
 				return fmt.Errorf("reactivate member %s of chat %s: %w", a.UserID, chatID, err)
@@ -186,7 +187,7 @@ func (h *handler) apply(ctx context.Context, tx *ent.Tx, chatID, messageID uuid.
 	}
 
 	for _, r := range d.Roles {
-		if err := tx.ChatParticipant.UpdateOneID(byUser[r.UserID].ID).SetRole(r.To).Exec(ctx); err != nil {
+		if err := tx.ChatParticipant.Update().Where(chatparticipant.ID(byUser[r.UserID].ID)).SetRole(r.To).Exec(ctx); err != nil {
 			return fmt.Errorf("change the role of member %s of chat %s: %w", r.UserID, chatID, err)
 		}
 	}

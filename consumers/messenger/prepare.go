@@ -1,33 +1,50 @@
 package messenger
 
 import (
+	"bytes"
 	"context"
+	"fmt"
+	"slices"
+	"time"
 
+	"entgo.io/ent/dialect/sql"
 	"github.com/google/uuid"
+	"github.com/lib/pq"
 
 	"github.com/pin-platform/consumers/consumers/consumer"
 	"github.com/pin-platform/consumers/ent"
 	"github.com/pin-platform/consumers/ent/chat"
 	"github.com/pin-platform/consumers/ent/chatparticipant"
+	"github.com/pin-platform/consumers/schema/uuidarray"
 )
 
-// loaded is what prepare read for a batch: the chats of the batch's leads
-// and their member rows. The handler keeps the chats in step with its
-// writes and forgets a chat's members once it changed them, so a lead met
-// twice in one batch sees the first event's effect.
-type loaded struct {
+// batch is what prepare read for a batch — the chats of the batch's leads
+// and all their member rows — and the writes its handlers queued after
+// claiming a chat. The handler keeps the chats and the member rows in step
+// with its writes, so a lead met twice in one batch sees the first event's
+// effect.
+type batch struct {
+	tx      *ent.Tx
 	chats   map[uuid.UUID]*ent.Chat // by lead
+	loaded  map[uuid.UUID]bool      // chats whose members were read
 	members map[uuid.UUID][]*ent.ChatParticipant
-	fresh   map[uuid.UUID]bool // chats whose members are as read
+
+	inserts map[uuid.UUID]*ent.ChatParticipant // new member rows, by id
+	updates map[uuid.UUID]*ent.ChatParticipant // changed member rows, by id
+	events  []*ent.ChatEventCreate
+	pushes  []*ent.ChatPushCreate
+	notify  []string // chat_updates ids, in order
 }
 
-type loadedKey struct{}
+type batchKey struct{}
 
 // prepare reads the chats of every lead of the batch, and all their member
 // rows, with two statements instead of two per event. Nothing is locked:
 // the handler's chat update is conditioned on the row_version read (the
 // spec's optimistic concurrency), so a chat changed by someone else since
-// is MSG_CONCURRENT_UPDATE, as on its own. Messages whose LeadId cannot be
+// is MSG_CONCURRENT_UPDATE, as on its own. Once a handler's update has
+// claimed its chat (the row is then locked by the batch), the rest of its
+// writes are queued and written by flush. Messages whose LeadId cannot be
 // read are left to their handlers.
 func prepare(ctx context.Context, tx *ent.Tx, msgs []*consumer.Message) (context.Context, error) {
 	seen := make(map[uuid.UUID]bool, len(msgs))
@@ -49,26 +66,22 @@ func prepare(ctx context.Context, tx *ent.Tx, msgs []*consumer.Message) (context
 	if err != nil {
 		return nil, err
 	}
-	l := &loaded{
+	b := &batch{
+		tx:      tx,
 		chats:   make(map[uuid.UUID]*ent.Chat, len(chats)),
+		loaded:  make(map[uuid.UUID]bool, len(chats)),
 		members: make(map[uuid.UUID][]*ent.ChatParticipant, len(chats)),
-		fresh:   make(map[uuid.UUID]bool, len(chats)),
+		inserts: map[uuid.UUID]*ent.ChatParticipant{},
+		updates: map[uuid.UUID]*ent.ChatParticipant{},
 	}
 	ids := make([]uuid.UUID, 0, len(chats))
-	twice := map[uuid.UUID]bool{}
 	for _, c := range chats {
 		if c.LeadID == nil {
 			continue
 		}
-		if _, ok := l.chats[*c.LeadID]; ok {
-			twice[*c.LeadID] = true // not ours to pick: the handler reads and reports it
-		}
-		l.chats[*c.LeadID] = c
-		l.fresh[c.ID] = true
+		b.chats[*c.LeadID] = c // lead_id is unique (ux_chats_lead_id)
+		b.loaded[c.ID] = true
 		ids = append(ids, c.ID)
-	}
-	for lead := range twice {
-		delete(l.chats, lead)
 	}
 	if len(ids) > 0 {
 		rows, err := tx.ChatParticipant.Query().Where(chatparticipant.ChatIDIn(ids...)).All(ctx)
@@ -76,34 +89,155 @@ func prepare(ctx context.Context, tx *ent.Tx, msgs []*consumer.Message) (context
 			return nil, err
 		}
 		for _, r := range rows {
-			l.members[r.ChatID] = append(l.members[r.ChatID], r)
+			b.members[r.ChatID] = append(b.members[r.ChatID], r)
 		}
 	}
-	return context.WithValue(ctx, loadedKey{}, l), nil
+	if !consumer.BeforeCommit(ctx, b.flush) {
+		return ctx, nil
+	}
+	return context.WithValue(ctx, batchKey{}, b), nil
+}
+
+func batchOf(ctx context.Context) *batch {
+	b, _ := ctx.Value(batchKey{}).(*batch)
+	return b
 }
 
 // preparedChat is the lead's chat as prepare read it (and the batch's
 // writes moved it), or nil.
 func preparedChat(ctx context.Context, lead uuid.UUID) *ent.Chat {
-	if l, ok := ctx.Value(loadedKey{}).(*loaded); ok {
-		return l.chats[lead]
+	if b := batchOf(ctx); b != nil {
+		return b.chats[lead]
 	}
 	return nil
 }
 
-// preparedMembers is the chat's member rows as prepare read them, and
-// whether they are still as read.
+// preparedMembers is the chat's member rows as the batch sees them, and
+// whether prepare read them.
 func preparedMembers(ctx context.Context, chatID uuid.UUID) ([]*ent.ChatParticipant, bool) {
-	if l, ok := ctx.Value(loadedKey{}).(*loaded); ok && l.fresh[chatID] {
-		return l.members[chatID], true
+	if b := batchOf(ctx); b != nil && b.loaded[chatID] {
+		return b.members[chatID], true
 	}
 	return nil, false
 }
 
-// membersChanged forgets what prepare read of the chat's members: the next
-// event of the chat in the batch reads the table.
-func membersChanged(ctx context.Context, chatID uuid.UUID) {
-	if l, ok := ctx.Value(loadedKey{}).(*loaded); ok {
-		delete(l.fresh, chatID)
+// apply is handler.apply for a chat the batch has claimed and whose members
+// it read: the member rows change in memory and every write is queued.
+func (b *batch) apply(chatID, messageID uuid.UUID, s snapshot, d diff, byUser map[uuid.UUID]*ent.ChatParticipant) {
+	now := time.Now()
+	changed := func(r *ent.ChatParticipant) {
+		if _, ok := b.inserts[r.ID]; !ok {
+			b.updates[r.ID] = r
+		}
 	}
+	for _, a := range d.Add {
+		if r, ok := byUser[a.UserID]; ok { // reactivate (INV-PART-1)
+			r.Role, r.RemovedAt, r.JoinedAt = a.Role, nil, now
+			changed(r)
+			continue
+		}
+		r := &ent.ChatParticipant{ID: uuid.New(), ChatID: chatID, UserID: a.UserID, Role: a.Role, JoinedAt: now}
+		b.members[chatID] = append(b.members[chatID], r)
+		b.inserts[r.ID] = r
+	}
+	for _, rm := range d.Remove { // soft (INV-PART-4)
+		r := byUser[rm.UserID]
+		t := now
+		r.RemovedAt = &t
+		changed(r)
+	}
+	for _, rc := range d.Roles {
+		r := byUser[rc.UserID]
+		r.Role = rc.To
+		changed(r)
+	}
+	for _, f := range d.facts() {
+		b.events = append(b.events, b.tx.ChatEvent.Create().
+			SetChatID(chatID).
+			SetType(f.Type).
+			SetUserID(f.UserID).
+			SetRole(f.Role).
+			SetNillablePreviousRole(f.PreviousRole).
+			SetOccurredAt(s.ChangedAt).
+			SetSourceMessageID(messageID))
+	}
+	id := uuid.New()
+	b.pushes = append(b.pushes, b.tx.ChatPush.Create().
+		SetID(id).
+		SetChatID(chatID).
+		SetRecipientUserIds(uuidarray.UUIDs(userIDs(s.Target))).
+		SetRevokedUserIds(uuidarray.UUIDs(userIDs(d.Remove))))
+	b.notify = append(b.notify, id.String())
+}
+
+// flush writes what the batch queued, a statement per kind: the changed
+// member rows (one UPDATE), the new ones (one INSERT), the feed facts, the
+// chat_updates rows, and one pg_notify per row (one SELECT). The chats
+// were claimed by their handlers' updates, so nobody else writes their
+// members meanwhile; any surprise fails the batch, which the runtime then
+// replays one message at a time.
+func (b *batch) flush(ctx context.Context) error {
+	if len(b.updates) > 0 {
+		ids := make([]uuid.UUID, 0, len(b.updates))
+		for id := range b.updates {
+			ids = append(ids, id)
+		}
+		slices.SortFunc(ids, func(x, y uuid.UUID) int { return bytes.Compare(x[:], y[:]) })
+		caseOf := func(cast string, v func(*ent.ChatParticipant) any) sql.Querier {
+			return sql.ExprFunc(func(sb *sql.Builder) {
+				sb.WriteString("CASE ").Ident(chatparticipant.FieldID)
+				for _, id := range ids {
+					sb.WriteString(" WHEN ").Arg(id).WriteString(" THEN ").Arg(v(b.updates[id])).WriteString("::" + cast)
+				}
+				sb.WriteString(" END")
+			})
+		}
+		n, err := b.tx.ChatParticipant.Update().
+			Where(chatparticipant.IDIn(ids...)).
+			Modify(func(u *sql.UpdateBuilder) {
+				u.Set(chatparticipant.FieldRole, caseOf("varchar", func(r *ent.ChatParticipant) any { return r.Role }))
+				u.Set(chatparticipant.FieldJoinedAt, caseOf("timestamptz", func(r *ent.ChatParticipant) any { return r.JoinedAt }))
+				u.Set(chatparticipant.FieldRemovedAt, caseOf("timestamptz", func(r *ent.ChatParticipant) any {
+					if r.RemovedAt == nil {
+						return nil
+					}
+					return *r.RemovedAt
+				}))
+			}).
+			Save(ctx)
+		if err != nil {
+			return fmt.Errorf("update the batch's %d member rows: %w", len(ids), err)
+		}
+		if n != len(ids) {
+			return fmt.Errorf("update the batch's %d member rows: %d updated", len(ids), n)
+		}
+	}
+	if len(b.inserts) > 0 {
+		creates := make([]*ent.ChatParticipantCreate, 0, len(b.inserts))
+		for _, r := range b.inserts {
+			creates = append(creates, b.tx.ChatParticipant.Create().
+				SetID(r.ID).SetChatID(r.ChatID).SetUserID(r.UserID).SetRole(r.Role).
+				SetJoinedAt(r.JoinedAt).SetNillableRemovedAt(r.RemovedAt))
+		}
+		if err := b.tx.ChatParticipant.CreateBulk(creates...).Exec(ctx); err != nil {
+			return fmt.Errorf("insert the batch's %d member rows: %w", len(creates), err)
+		}
+	}
+	if len(b.events) > 0 {
+		if err := b.tx.ChatEvent.CreateBulk(b.events...).Exec(ctx); err != nil {
+			return fmt.Errorf("write the batch's %d feed facts: %w", len(b.events), err)
+		}
+	}
+	if len(b.pushes) > 0 {
+		if err := b.tx.ChatPush.CreateBulk(b.pushes...).Exec(ctx); err != nil {
+			return fmt.Errorf("write the batch's %d chat_updates rows: %w", len(b.pushes), err)
+		}
+		// Persist-then-push, as on its own: queued now, delivered by
+		// PostgreSQL when the transaction commits, dropped if it does not.
+		if _, err := b.tx.ExecContext(ctx, `SELECT pg_notify('chat_updates', id) FROM unnest($1::text[]) WITH ORDINALITY AS u(id, n) ORDER BY n`,
+			pq.Array(b.notify)); err != nil {
+			return fmt.Errorf("notify chat_updates: %w", err)
+		}
+	}
+	return nil
 }
