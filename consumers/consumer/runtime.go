@@ -52,6 +52,9 @@ type Runtime struct {
 	mu      sync.Mutex
 	workers map[int32]*worker
 
+	// commitReq asks the committer for a commit of the stored offsets.
+	commitReq chan struct{}
+
 	joined      atomic.Bool // the member got its first assignment (possibly empty)
 	cooperative bool        // partition.assignment.strategy is cooperative-sticky
 	httpAddr    atomic.Value
@@ -169,6 +172,12 @@ func (r *Runtime) Run(ctx context.Context) error {
 		}
 	}()
 
+	// The committer commits stored offsets as they are stored, one commit
+	// in flight at a time; it stops before the consumer is closed.
+	r.commitReq = make(chan struct{}, 1)
+	stopCommitter := r.startCommitter()
+	defer stopCommitter()
+
 	if r.dlq, err = newDLQProducer(r.kafkaConfig(nil), r.svc, r.log); err != nil {
 		return &ConfigError{Var: "KAFKA_*", Err: err}
 	}
@@ -211,6 +220,7 @@ func (r *Runtime) Run(ctx context.Context) error {
 	// Drain: stop every worker (in-flight work finishes within the budget),
 	// commit what they stored, then leave the group.
 	r.stopWorkers(r.assigned())
+	stopCommitter()
 	r.commit()
 	r.closeConsumer()
 	closed = true
@@ -338,6 +348,35 @@ func fmtParts(ps []kafka.TopicPartition) string {
 		s += fmt.Sprint(p.Partition)
 	}
 	return s
+}
+
+// startCommitter starts the goroutine that commits stored offsets soon
+// after they are stored (ack asks through commitReq; requests made while a
+// commit is in flight are served by one more commit). librdkafka's
+// auto-commit stays on as a backstop. The returned function stops it and
+// waits; it may be called more than once.
+func (r *Runtime) startCommitter() (stop func()) {
+	quit, done := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			select {
+			case <-quit:
+				return
+			case <-r.commitReq:
+				if _, err := r.consumer.Commit(); err != nil {
+					var ke kafka.Error
+					if !errors.As(err, &ke) || ke.Code() != kafka.ErrNoOffset {
+						// A rebalance in progress, a broker away: the
+						// auto-commit and the commit on revoke cover it.
+						r.log.Debug().Err(err).Msg("eager offset commit failed")
+					}
+				}
+			}
+		}
+	}()
+	var once sync.Once
+	return func() { once.Do(func() { close(quit); <-done }) }
 }
 
 // commit commits the stored offsets synchronously.

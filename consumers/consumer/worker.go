@@ -208,9 +208,10 @@ func (w *worker) run() {
 }
 
 // ack stores the offset after m: everything up to m is finished (committed
-// in the database, dead-lettered or parked). librdkafka commits stored
-// offsets every auto.commit.interval.ms, and the runtime commits them
-// synchronously on revoke and shutdown.
+// in the database, dead-lettered or parked). The committer commits stored
+// offsets right after; librdkafka also commits them every
+// auto.commit.interval.ms, and the runtime commits them synchronously on
+// revoke and shutdown.
 func (w *worker) ack(offset kafka.Offset) {
 	if w.abandoned.Load() {
 		return // its partition may be someone else's now
@@ -219,6 +220,11 @@ func (w *worker) ack(offset kafka.Offset) {
 	tp.Offset = offset + 1
 	if _, err := w.r.consumer.StoreOffsets([]kafka.TopicPartition{tp}); err != nil {
 		w.r.log.Debug().Err(err).Int32("partition", tp.Partition).Msg("store offset failed (partition revoked?)")
+	} else {
+		select { // the committer commits it soon
+		case w.r.commitReq <- struct{}{}:
+		default: // a commit is asked for already
+		}
 	}
 	w.lastProgress.Store(time.Now().UnixNano())
 }
