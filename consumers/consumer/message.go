@@ -101,3 +101,21 @@ func BeforeCommit(ctx context.Context, fn func(context.Context) error) bool {
 	}
 	return ok
 }
+
+// messageFailure is a BeforeCommit failure that belongs to one message.
+type messageFailure struct {
+	msg *Message
+	err error
+}
+
+func (f *messageFailure) Error() string { return f.err.Error() }
+func (f *messageFailure) Unwrap() error { return f.err }
+
+// FailMessage attributes a BeforeCommit failure to m, one message of the
+// batch: the batch is then handled as if m's handler had returned err — m
+// goes on alone with this failure counted as its first attempt (a
+// MSG_CONCURRENT_UPDATE is re-run, an invalid message dead-lettered), the
+// messages before it run again as a batch, the rest form a new one. A
+// BeforeCommit error that names no message replays the whole batch one
+// message at a time.
+func FailMessage(m *Message, err error) error { return &messageFailure{msg: m, err: err} }

@@ -218,3 +218,55 @@ func TestBeforeCommitRunsAfterTheBatchsHandlers(t *testing.T) {
 		t.Fatalf("flushes covered %d messages, handlers ran %d in batches; want %d", got, p.withTag.Load(), given)
 	}
 }
+
+func TestABeforeCommitFailureOfOneMessageIsThatMessagesFirstAttempt(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	leadID := e.lead()
+	const n = 9
+	var failing uuid.UUID
+	for i := 0; i < n; i++ {
+		mode := ""
+		if i == 4 {
+			mode = "flush-conflict" // the handler applies it; the batch's flush blames it
+		}
+		id, v := envelope(leadID, mode)
+		if i == 4 {
+			failing = id
+		}
+		e.produce(1, v)
+	}
+	p := &preparing{}
+	build := func(reg prometheus.Registerer) consumer.Service {
+		svc := p.service(reg)
+		prep := svc.Prepare
+		svc.Prepare = func(ctx context.Context, tx *ent.Tx, msgs []*consumer.Message) (context.Context, error) {
+			for _, m := range msgs {
+				if m.MessageID == failing {
+					consumer.BeforeCommit(ctx, func(context.Context) error {
+						return consumer.FailMessage(m, probeConflict.Errorf("the flush lost a race on it"))
+					})
+				}
+			}
+			return prep(ctx, tx, msgs)
+		}
+		return svc
+	}
+	r := consumertest.Start(t, e.cluster.Bootstrap, e.url, build, consumertest.Options{})
+	e.waitCommitted(n)
+
+	if got := e.events(leadID); got != n {
+		t.Fatalf("lead_events = %d, want %d (each message once)", got, n)
+	}
+	// The blamed message went on alone: one retry-now of its code, then
+	// applied without Prepare; the others were applied in batches.
+	if got := r.Counter("pin_consumer_retries_total", map[string]string{"code": probeConflict.Name}); got != 1 {
+		t.Fatalf("retries{%s} = %v, want 1 (the flush's failure was its first attempt)", probeConflict.Name, got)
+	}
+	if got := p.untagged.Load(); got != 1 {
+		t.Fatalf("%d runs on their own, want 1 (the blamed message's re-run)", got)
+	}
+	if got := r.Counter("pin_consumer_messages_total", map[string]string{"outcome": "applied"}); got != n {
+		t.Fatalf("messages_total{applied} = %v, want %d", got, n)
+	}
+}

@@ -230,6 +230,14 @@ func (w *worker) processBatch(items []*item) (ok bool, failed int, err error) {
 	for _, fn := range b.beforeCommit {
 		if err := fn(hctx); err != nil {
 			_ = tx.Rollback()
+			var mf *messageFailure
+			if errors.As(err, &mf) {
+				for i, it := range items {
+					if run[i] && it.msg == mf.msg {
+						return false, i, mf.err
+					}
+				}
+			}
 			r.log.Info().Err(err).Int("batch", len(items)).Msg("batch write failed: one message at a time")
 			return false, -1, nil
 		}
