@@ -103,6 +103,16 @@ func (h *handler) handle(ctx context.Context, tx *ent.Tx, m *consumer.Message) (
 	// members means two writers never race on chat_participants. Every write
 	// of the chat row moves row_version, and every change of the members
 	// comes with one.
+	if b := batchOf(ctx); b != nil && ok {
+		// A prepared batch: the claim, and every write after it, is
+		// queued; flush claims all of the batch's chats at once, with the
+		// same condition, and writes.
+		b.claim(c, s.Version, m)
+		if !d.empty() {
+			b.apply(c.ID, m.MessageID, s, d, byUser)
+		}
+		return h.synced(ctx, d), nil
+	}
 	n, err := tx.Chat.Update().
 		Where(chat.ID(c.ID), chat.RowVersion(c.RowVersion)).
 		SetLeadMemberVersion(s.Version).
@@ -118,20 +128,17 @@ func (h *handler) handle(ctx context.Context, tx *ent.Tx, m *consumer.Message) (
 		return "", err
 	}
 
-	// The chat as this transaction sees it now (for the batch's next
-	// event of the lead).
-	c.RowVersion++
-	v := s.Version
-	c.LeadMemberVersion = &v
-
 	if !d.empty() {
-		if b := batchOf(ctx); b != nil && ok { // rows is the batch's view: queue
-			b.apply(c.ID, m.MessageID, s, d, byUser)
-		} else if err := h.apply(ctx, tx, c.ID, m.MessageID, s, d, byUser); err != nil {
+		if err := h.apply(ctx, tx, c.ID, m.MessageID, s, d, byUser); err != nil {
 			return "", err
 		}
 	}
+	return h.synced(ctx, d), nil
+}
 
+// synced records a synced message's counts: on its outcome line, and in
+// the metrics once committed.
+func (h *handler) synced(ctx context.Context, d diff) consumer.Outcome {
 	added, removed, roles := len(d.Add), len(d.Remove), len(d.Roles)
 	consumer.LogFields(ctx, func(e *zerolog.Event) {
 		e.Int("added", added).Int("removed", removed).Int("roleChanged", roles)
@@ -140,7 +147,7 @@ func (h *handler) handle(ctx context.Context, tx *ent.Tx, m *consumer.Message) (
 		h.m.added.Add(float64(added))
 		h.m.removed.Add(float64(removed))
 	})
-	return Synced, nil
+	return Synced
 }
 
 // apply writes a non-empty diff: the members (step 5), the feed facts and

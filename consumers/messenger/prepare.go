@@ -29,6 +29,7 @@ type batch struct {
 	loaded  map[uuid.UUID]bool      // chats whose members were read
 	members map[uuid.UUID][]*ent.ChatParticipant
 
+	claims  map[uuid.UUID]*claim               // the chats the batch writes, by id
 	inserts map[uuid.UUID]*ent.ChatParticipant // new member rows, by id
 	updates map[uuid.UUID]*ent.ChatParticipant // changed member rows, by id
 	events  []*ent.ChatEventCreate
@@ -36,16 +37,25 @@ type batch struct {
 	notify  []string // chat_updates ids, in order
 }
 
+// claim is the batch's write of one chat: what a handler's chat update
+// would do, for all of the batch's events of the chat at once.
+type claim struct {
+	chat    *ent.Chat         // as the batch sees it (moved by each event)
+	read    int64             // the row_version read: the update's condition
+	n       int64             // events of the chat: row_version moves by n
+	first   *consumer.Message // the first of them: a lost race is its
+	version int64             // lead_member_version after the batch
+}
+
 type batchKey struct{}
 
 // prepare reads the chats of every lead of the batch, and all their member
-// rows, with two statements instead of two per event. Nothing is locked:
-// the handler's chat update is conditioned on the row_version read (the
-// spec's optimistic concurrency), so a chat changed by someone else since
-// is MSG_CONCURRENT_UPDATE, as on its own. Once a handler's update has
-// claimed its chat (the row is then locked by the batch), the rest of its
-// writes are queued and written by flush. Messages whose LeadId cannot be
-// read are left to their handlers.
+// rows, with two statements instead of two per event. Nothing is locked
+// here: the chats are claimed at the end (flush), conditioned on the
+// row_version read — the spec's optimistic concurrency — and a chat that
+// someone else changed since is MSG_CONCURRENT_UPDATE of the batch's first
+// event of it, as on its own. Messages whose LeadId cannot be read are
+// left to their handlers.
 func prepare(ctx context.Context, tx *ent.Tx, msgs []*consumer.Message) (context.Context, error) {
 	seen := make(map[uuid.UUID]bool, len(msgs))
 	leads := make([]uuid.UUID, 0, len(msgs))
@@ -71,6 +81,7 @@ func prepare(ctx context.Context, tx *ent.Tx, msgs []*consumer.Message) (context
 		chats:   make(map[uuid.UUID]*ent.Chat, len(chats)),
 		loaded:  make(map[uuid.UUID]bool, len(chats)),
 		members: make(map[uuid.UUID][]*ent.ChatParticipant, len(chats)),
+		claims:  map[uuid.UUID]*claim{},
 		inserts: map[uuid.UUID]*ent.ChatParticipant{},
 		updates: map[uuid.UUID]*ent.ChatParticipant{},
 	}
@@ -121,8 +132,23 @@ func preparedMembers(ctx context.Context, chatID uuid.UUID) ([]*ent.ChatParticip
 	return nil, false
 }
 
-// apply is handler.apply for a chat the batch has claimed and whose members
-// it read: the member rows change in memory and every write is queued.
+// claim is the handler's conditional chat update, queued: the chat moves
+// in memory (row_version + 1, lead_member_version), flush writes it.
+func (b *batch) claim(c *ent.Chat, version int64, m *consumer.Message) {
+	cl := b.claims[c.ID]
+	if cl == nil {
+		cl = &claim{chat: c, read: c.RowVersion, first: m}
+		b.claims[c.ID] = cl
+	}
+	cl.n++
+	cl.version = version
+	c.RowVersion++
+	v := version
+	c.LeadMemberVersion = &v
+}
+
+// apply is handler.apply for a chat whose members prepare read: the member
+// rows change in memory and every write is queued.
 func (b *batch) apply(chatID, messageID uuid.UUID, s snapshot, d diff, byUser map[uuid.UUID]*ent.ChatParticipant) {
 	now := time.Now()
 	changed := func(r *ent.ChatParticipant) {
@@ -170,13 +196,16 @@ func (b *batch) apply(chatID, messageID uuid.UUID, s snapshot, d diff, byUser ma
 	b.notify = append(b.notify, id.String())
 }
 
-// flush writes what the batch queued, a statement per kind: the changed
-// member rows (one UPDATE), the new ones (one INSERT), the feed facts, the
-// chat_updates rows, and one pg_notify per row (one SELECT). The chats
-// were claimed by their handlers' updates, so nobody else writes their
-// members meanwhile; any surprise fails the batch, which the runtime then
-// replays one message at a time.
+// flush writes what the batch queued, a statement per kind: it claims the
+// chats (claimChats), then writes the changed member rows (one UPDATE), the
+// new ones (one INSERT), the feed facts, the chat_updates rows, and one
+// pg_notify per row (one SELECT). With the chats claimed nobody else
+// writes their members meanwhile; any other surprise fails the batch,
+// which the runtime then replays one message at a time.
 func (b *batch) flush(ctx context.Context) error {
+	if err := b.claimChats(ctx); err != nil {
+		return err
+	}
 	if len(b.updates) > 0 {
 		ids := make([]uuid.UUID, 0, len(b.updates))
 		for id := range b.updates {
@@ -238,6 +267,67 @@ func (b *batch) flush(ctx context.Context) error {
 			pq.Array(b.notify)); err != nil {
 			return fmt.Errorf("notify chat_updates: %w", err)
 		}
+	}
+	return nil
+}
+
+// claimChats locks the batch's chats in id order and checks that none
+// moved since prepare read it: a chat that did is the spec's concurrent
+// edit, MSG_CONCURRENT_UPDATE of the batch's first event of it (re-run at
+// once on its own, it re-reads the chat). Then one UPDATE writes every
+// chat: row_version + its events, lead_member_version the last one's.
+func (b *batch) claimChats(ctx context.Context) error {
+	if len(b.claims) == 0 {
+		return nil
+	}
+	ids := make([]uuid.UUID, 0, len(b.claims))
+	for id := range b.claims {
+		ids = append(ids, id)
+	}
+	slices.SortFunc(ids, func(x, y uuid.UUID) int { return bytes.Compare(x[:], y[:]) })
+	var now []struct {
+		ID         uuid.UUID `json:"id"`
+		RowVersion int64     `json:"row_version"`
+	}
+	if err := b.tx.Chat.Query().Where(chat.IDIn(ids...)).
+		Order(ent.Asc(chat.FieldID)).ForUpdate().
+		Select(chat.FieldID, chat.FieldRowVersion).Scan(ctx, &now); err != nil {
+		return fmt.Errorf("lock the batch's %d chats: %w", len(ids), err)
+	}
+	seen := make(map[uuid.UUID]int64, len(now))
+	for _, r := range now {
+		seen[r.ID] = r.RowVersion
+	}
+	for _, id := range ids {
+		cl := b.claims[id]
+		if v, ok := seen[id]; !ok || v != cl.read {
+			return consumer.FailMessage(cl.first, CodeConcurrentUpdate.Errorf("chat %s moved past row_version %d since it was read", id, cl.read))
+		}
+	}
+	caseOf := func(sb *sql.Builder, v func(*claim) int64) {
+		sb.WriteString("CASE ").Ident(chat.FieldID)
+		for _, id := range ids {
+			sb.WriteString(" WHEN ").Arg(id).WriteString(" THEN ").Arg(v(b.claims[id])).WriteString("::bigint")
+		}
+		sb.WriteString(" END")
+	}
+	n, err := b.tx.Chat.Update().
+		Where(chat.IDIn(ids...)).
+		Modify(func(u *sql.UpdateBuilder) {
+			u.Set(chat.FieldLeadMemberVersion, sql.ExprFunc(func(sb *sql.Builder) {
+				caseOf(sb, func(cl *claim) int64 { return cl.version })
+			}))
+			u.Set(chat.FieldRowVersion, sql.ExprFunc(func(sb *sql.Builder) {
+				sb.Ident(chat.FieldRowVersion).WriteString(" + ")
+				caseOf(sb, func(cl *claim) int64 { return cl.n })
+			}))
+		}).
+		Save(ctx)
+	if err != nil {
+		return fmt.Errorf("update the batch's %d chats: %w", len(ids), err)
+	}
+	if n != len(ids) {
+		return fmt.Errorf("update the batch's %d chats: %d updated", len(ids), n)
 	}
 	return nil
 }
