@@ -3,6 +3,7 @@ package consumer
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -33,6 +34,15 @@ func TestConfigFromEnv(t *testing.T) {
 		}
 		if _, ok := c.Kafka["bootstrap.servers"]; ok {
 			t.Error("bootstrap.servers belongs to Brokers")
+		}
+	})
+	t.Run("pprof", func(t *testing.T) {
+		c, err := ConfigFromEnv(append(base, "CONSUMER_PPROF=true"), "")
+		if err != nil || !c.Pprof {
+			t.Fatalf("CONSUMER_PPROF=true: %v, %v", c.Pprof, err)
+		}
+		if _, err := ConfigFromEnv(append(base, "CONSUMER_PPROF=maybe"), ""); err == nil || !strings.Contains(err.Error(), "CONSUMER_PPROF") {
+			t.Fatalf("CONSUMER_PPROF=maybe: %v, want an error naming it", err)
 		}
 	})
 	t.Run("confluent-kafka-go's go.* properties are typed", func(t *testing.T) {
@@ -143,6 +153,25 @@ func TestDecodeEnvelopeIsLenientBeyondMessageId(t *testing.T) {
 	}
 	if _, err := DecodeEnvelope([]byte(`{` + id + `,"EventType":7}`)); err == nil {
 		t.Fatal("an EventType that is not a string cannot be routed: envelope invalid")
+	}
+	e, err := DecodeEnvelope([]byte(`{` + id + `,"EventType":"pin.a\u0062c","AggregateType":"L\"x","CreatedAt":"2026-11-30T10:00:00.5+01:00"}`))
+	if err != nil || e.EventType != "pin.abc" || e.AggregateType != `L"x` || !e.CreatedAt.Equal(time.Date(2026, 11, 30, 9, 0, 0, 5e8, time.UTC)) {
+		t.Fatalf("escaped strings and an offset time: %+v, %v", e, err)
+	}
+}
+
+// BenchmarkDecodeEnvelope measures the per-message envelope decode (go test
+// -bench DecodeEnvelope -benchmem ./consumers/consumer).
+func BenchmarkDecodeEnvelope(b *testing.B) {
+	v := []byte(`{"MessageId":"6f1c2b9e-1111-4222-8333-444455556666","EventType":"pin.referral.bond-created","ContractVersion":1,` +
+		`"CreatedAt":"2026-11-30T10:00:00.123456Z","AggregateId":"0d6f2b6e-1111-4222-8333-444455556666","AggregateType":"ReferralBond",` +
+		`"Payload":{"BondId":"0d6f2b6e-1111-4222-8333-444455556666","ReferredUserId":"1d6f2b6e-1111-4222-8333-444455556666",` +
+		`"ReferrerUserId":"2d6f2b6e-1111-4222-8333-444455556666","ReferrerCompanyId":null,"BoundAt":"2026-11-30T09:59:00Z","Version":1}}`)
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := DecodeEnvelope(v); err != nil {
+			b.Fatal(err)
+		}
 	}
 }
 

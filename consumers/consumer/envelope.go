@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
@@ -41,69 +42,77 @@ func DecodeEnvelope(value []byte) (Envelope, error) {
 	if len(v) == 0 || v[0] != '{' {
 		return Envelope{}, EnvelopeInvalid.Errorf("value is not a JSON object")
 	}
-	var members map[string]json.RawMessage
-	if err := json.Unmarshal(v, &members); err != nil {
+	// One pass over the value, every member kept raw: a member of an
+	// unexpected type must not make the whole envelope unreadable.
+	// encoding/json matches names exactly first, then case-insensitively.
+	var w struct {
+		MessageID       json.RawMessage `json:"MessageId"`
+		EventType       json.RawMessage `json:"EventType"`
+		ContractVersion json.RawMessage `json:"ContractVersion"`
+		CreatedAt       json.RawMessage `json:"CreatedAt"`
+		AggregateID     json.RawMessage `json:"AggregateId"`
+		AggregateType   json.RawMessage `json:"AggregateType"`
+		Payload         json.RawMessage `json:"Payload"`
+	}
+	if err := json.Unmarshal(v, &w); err != nil {
 		return Envelope{}, EnvelopeInvalid.Errorf("unreadable envelope: %v", err)
 	}
-	get := func(name string) (json.RawMessage, bool) {
-		if raw, ok := members[name]; ok {
-			return raw, true
-		}
-		for k, raw := range members {
-			if strings.EqualFold(k, name) {
-				return raw, true
-			}
-		}
-		return nil, false
-	}
 	var e Envelope
-	raw, ok := get("MessageId")
-	if !ok || isNull(raw) {
+	if w.MessageID == nil || isNull(w.MessageID) {
 		return Envelope{}, EnvelopeInvalid.Errorf("MessageId is missing")
 	}
-	var id string
-	if err := json.Unmarshal(raw, &id); err != nil {
-		return Envelope{}, EnvelopeInvalid.Errorf("MessageId %s is not a UUID string", abbreviate(string(raw), 64))
+	id, ok := jsonString(w.MessageID)
+	if !ok {
+		return Envelope{}, EnvelopeInvalid.Errorf("MessageId %s is not a UUID string", abbreviate(string(w.MessageID), 64))
 	}
 	parsed, err := uuid.Parse(id)
 	if err != nil || parsed == uuid.Nil {
 		return Envelope{}, EnvelopeInvalid.Errorf("MessageId %q is not a UUID", abbreviate(id, 64))
 	}
 	e.MessageID = parsed
-	if raw, ok := get("EventType"); ok && !isNull(raw) {
-		if err := json.Unmarshal(raw, &e.EventType); err != nil {
+	if raw := w.EventType; raw != nil && !isNull(raw) {
+		if e.EventType, ok = jsonString(raw); !ok {
 			return Envelope{}, EnvelopeInvalid.Errorf("EventType %s is not a string", abbreviate(string(raw), 64))
 		}
 	}
-	if raw, ok := get("ContractVersion"); ok && !isNull(raw) {
-		var n json.Number
-		if json.Unmarshal(raw, &n) == nil || json.Unmarshal(bytes.Trim(raw, `"`), &n) == nil {
-			if i, err := n.Int64(); err == nil {
-				e.ContractVersion = int(i)
-			}
+	if raw := w.ContractVersion; raw != nil && !isNull(raw) {
+		// A number, or a number in a string.
+		if i, err := strconv.ParseInt(strings.Trim(string(raw), `"`), 10, 64); err == nil {
+			e.ContractVersion = int(i)
 		}
 	}
-	if raw, ok := get("CreatedAt"); ok && !isNull(raw) {
+	if raw := w.CreatedAt; raw != nil && !isNull(raw) {
 		var t time.Time
-		if err := json.Unmarshal(raw, &t); err != nil {
+		if err := t.UnmarshalJSON(raw); err != nil {
 			e.problem = fmt.Errorf("CreatedAt %s is not an RFC 3339 time", abbreviate(string(raw), 64))
 		}
 		e.CreatedAt = t
 	}
-	if raw, ok := get("AggregateId"); ok && !isNull(raw) {
-		var s string
-		if json.Unmarshal(raw, &s) != nil {
+	if raw := w.AggregateID; raw != nil && !isNull(raw) {
+		s, ok := jsonString(raw)
+		if !ok {
 			s = string(raw)
 		}
 		e.AggregateID = s
 	}
-	if raw, ok := get("AggregateType"); ok && !isNull(raw) {
-		_ = json.Unmarshal(raw, &e.AggregateType)
+	if raw := w.AggregateType; raw != nil && !isNull(raw) {
+		e.AggregateType, _ = jsonString(raw)
 	}
-	if raw, ok := get("Payload"); ok {
-		e.Payload = raw
-	}
+	e.Payload = w.Payload
 	return e, nil
+}
+
+// jsonString reads a JSON string value (raw is valid JSON): without escapes
+// it is the text between the quotes, else encoding/json decodes it.
+func jsonString(raw json.RawMessage) (string, bool) {
+	if n := len(raw); n >= 2 && raw[0] == '"' && raw[n-1] == '"' && bytes.IndexByte(raw, '\\') < 0 {
+		return string(raw[1 : n-1]), true
+	}
+	var s string
+	if err := json.Unmarshal(raw, &s); err != nil {
+		return "", false
+	}
+	return s, true
 }
 
 // Problem reports a member of a readable envelope that could not be read.
