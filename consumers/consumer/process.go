@@ -32,6 +32,7 @@ type item struct {
 	st        *state
 	outcome   Outcome
 	attempts  int
+	log       *zerolog.Logger // the message's logger, built on first use
 }
 
 // dropHooks forgets the after-commit hooks of a rolled-back attempt.
@@ -79,7 +80,13 @@ func (r *Runtime) prepare(km *kafka.Message) *item {
 	return it
 }
 
+// logFor is the message's logger: the runtime's, with the message's
+// partition, offset, MessageId and EventType. It is built once per message
+// (after prepare decoded it), not on every line.
 func (r *Runtime) logFor(it *item) *zerolog.Logger {
+	if it.log != nil {
+		return it.log
+	}
 	l := r.log.With().
 		Int32("partition", it.km.TopicPartition.Partition).
 		Int64("offset", int64(it.km.TopicPartition.Offset))
@@ -87,6 +94,9 @@ func (r *Runtime) logFor(it *item) *zerolog.Logger {
 		l = l.Str("MessageId", it.msg.MessageID.String()).Str("EventType", it.msg.EventType)
 	}
 	lg := l.Logger()
+	if it.msg != nil || it.decodeErr != nil { // decoded (or not decodable): final
+		it.log = &lg
+	}
 	return &lg
 }
 
