@@ -27,6 +27,7 @@ type Config struct {
 	StuckAfter   time.Duration // CONSUMER_STUCK_AFTER: /readyz fails when a partition with work made no progress for this long (default 2m)
 	ParkedPoll   time.Duration // CONSUMER_PARKED_POLL: how often parked messages are looked for (default 1s, scaled)
 	DBMaxConns   int           // DATABASE_MAX_CONNS (default 16)
+	Pprof        bool          // CONSUMER_PPROF: serve net/http/pprof under /debug/pprof/ on HTTP_ADDR (default false)
 }
 
 // ConfigError is a missing or invalid setting; the process exits 2.
@@ -104,6 +105,13 @@ func ConfigFromEnv(environ []string, defaultHTTP string) (Config, error) {
 			}
 			*dst = d
 		}
+	}
+	if v := env["CONSUMER_PPROF"]; v != "" {
+		b, err := strconv.ParseBool(v)
+		if err != nil {
+			fail("CONSUMER_PPROF", fmt.Errorf("%q is not a boolean (true, false)", v))
+		}
+		c.Pprof = b
 	}
 	intVar("CONSUMER_BATCH_SIZE", &c.BatchSize)
 	intVar("CONSUMER_QUEUE_SIZE", &c.QueueSize)

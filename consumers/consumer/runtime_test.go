@@ -466,6 +466,9 @@ func TestHealthReadinessAndMetricsEndpoints(t *testing.T) {
 	if err := r.Runtime.Ready(context.Background()); err != nil {
 		t.Fatalf("Ready: %v", err)
 	}
+	if c, _ := get("/debug/pprof/"); c != http.StatusNotFound {
+		t.Errorf("/debug/pprof/ answered %d without CONSUMER_PPROF, want 404", c)
+	}
 }
 
 func TestMainExitsTwoOnBadConfigurationBeforeTouchingKafka(t *testing.T) {
