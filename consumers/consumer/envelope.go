@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/google/uuid"
 )
@@ -103,9 +104,11 @@ func DecodeEnvelope(value []byte) (Envelope, error) {
 }
 
 // jsonString reads a JSON string value (raw is valid JSON): without escapes
-// it is the text between the quotes, else encoding/json decodes it.
+// and in valid UTF-8 it is the text between the quotes, else encoding/json
+// decodes it (which replaces invalid UTF-8 with U+FFFD: an EventType ends up
+// in metric labels, which must be valid UTF-8).
 func jsonString(raw json.RawMessage) (string, bool) {
-	if n := len(raw); n >= 2 && raw[0] == '"' && raw[n-1] == '"' && bytes.IndexByte(raw, '\\') < 0 {
+	if n := len(raw); n >= 2 && raw[0] == '"' && raw[n-1] == '"' && bytes.IndexByte(raw, '\\') < 0 && utf8.Valid(raw) {
 		return string(raw[1 : n-1]), true
 	}
 	var s string
