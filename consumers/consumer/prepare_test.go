@@ -21,6 +21,7 @@ type preparedKey struct{}
 // given and tags the context; the handler counts the runs that saw the tag.
 type preparing struct {
 	fail      bool
+	panics    bool // Prepare panics
 	flushFail bool
 	flushes   atomic.Int64
 	flushed   atomic.Int64 // handler runs seen by the flushes
@@ -47,6 +48,9 @@ func (p *preparing) service(reg prometheus.Registerer) consumer.Service {
 		}
 		if p.fail {
 			return nil, errors.New("prepare fails")
+		}
+		if p.panics {
+			panic("prepare panics")
 		}
 		n := len(msgs)
 		p.mu.Lock()
@@ -268,5 +272,25 @@ func TestABeforeCommitFailureOfOneMessageIsThatMessagesFirstAttempt(t *testing.T
 	}
 	if got := r.Counter("pin_consumer_messages_total", map[string]string{"outcome": "applied"}); got != n {
 		t.Fatalf("messages_total{applied} = %v, want %d", got, n)
+	}
+}
+
+func TestAPanickingPrepareReplaysTheBatchOneMessageAtATime(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	leadID := e.lead()
+	const n = 6
+	for i := 0; i < n; i++ {
+		_, v := envelope(leadID, "")
+		e.produce(0, v)
+	}
+	p := &preparing{panics: true}
+	consumertest.Start(t, e.cluster.Bootstrap, e.url, p.service, consumertest.Options{})
+	e.waitCommitted(n) // the process survived, the partition went on
+	if got := e.events(leadID); got != n {
+		t.Fatalf("lead_events = %d, want %d", got, n)
+	}
+	if got := p.untagged.Load(); got != n {
+		t.Fatalf("%d runs on their own, want %d", got, n)
 	}
 }

@@ -215,7 +215,10 @@ func (w *worker) processBatch(items []*item) (ok bool, failed int, err error) {
 			}
 		}
 		if len(msgs) > 0 {
-			if hctx, err = r.svc.Prepare(context.WithValue(ctx, batchKey{}, b), tx, msgs); err != nil {
+			if err = r.guarded("prepare", func() (err error) {
+				hctx, err = r.svc.Prepare(context.WithValue(ctx, batchKey{}, b), tx, msgs)
+				return err
+			}); err != nil {
 				_ = tx.Rollback()
 				r.log.Info().Err(err).Int("batch", len(items)).Msg("batch prepare failed: one message at a time")
 				return false, -1, nil
@@ -238,7 +241,7 @@ func (w *worker) processBatch(items []*item) (ok bool, failed int, err error) {
 		marks = append(marks, mark{it.key, it.msg.Partition, it.msg.Offset, out})
 	}
 	for _, fn := range b.beforeCommit {
-		if err := fn(hctx); err != nil {
+		if err := r.guarded("before-commit", func() error { return fn(hctx) }); err != nil {
 			_ = tx.Rollback()
 			var mf *messageFailure
 			if errors.As(err, &mf) {
@@ -266,6 +269,20 @@ func (w *worker) processBatch(items []*item) (ok bool, failed int, err error) {
 	}
 	w.ack(items[len(items)-1].km.TopicPartition.Offset)
 	return true, -1, nil
+}
+
+// guarded runs a service's batch hook (Prepare, a BeforeCommit function). A
+// panic becomes an error, logged with its stack: the batch is then replayed
+// one message at a time, where a handler's panic dead-letters its message,
+// instead of the process crashing on the same batch after every restart.
+func (r *Runtime) guarded(what string, fn func() error) (err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			r.log.Error().Str("panic", fmt.Sprint(p)).Str("stack", string(debug.Stack())).Msg(what + " panicked")
+			err = fmt.Errorf("%s panicked: %v", what, p)
+		}
+	}()
+	return fn()
 }
 
 // call runs the route's handler for one attempt, with a fresh per-attempt
