@@ -248,13 +248,17 @@ func (b *batch) flush(ctx context.Context) error {
 				SetID(r.ID).SetChatID(r.ChatID).SetUserID(r.UserID).SetRole(r.Role).
 				SetJoinedAt(r.JoinedAt).SetNillableRemovedAt(r.RemovedAt))
 		}
-		if err := b.tx.ChatParticipant.CreateBulk(creates...).Exec(ctx); err != nil {
-			return fmt.Errorf("insert the batch's %d member rows: %w", len(creates), err)
+		for _, part := range chunks(creates) {
+			if err := b.tx.ChatParticipant.CreateBulk(part...).Exec(ctx); err != nil {
+				return fmt.Errorf("insert the batch's %d member rows: %w", len(creates), err)
+			}
 		}
 	}
 	if len(b.events) > 0 {
-		if err := b.tx.ChatEvent.CreateBulk(b.events...).Exec(ctx); err != nil {
-			return fmt.Errorf("write the batch's %d feed facts: %w", len(b.events), err)
+		for _, part := range chunks(b.events) {
+			if err := b.tx.ChatEvent.CreateBulk(part...).Exec(ctx); err != nil {
+				return fmt.Errorf("write the batch's %d feed facts: %w", len(b.events), err)
+			}
 		}
 	}
 	if len(b.pushes) > 0 {
@@ -290,7 +294,10 @@ func (b *batch) claimChats(ctx context.Context) error {
 		RowVersion int64     `json:"row_version"`
 	}
 	if err := b.tx.Chat.Query().Where(chat.IDIn(ids...)).
-		Order(ent.Asc(chat.FieldID)).ForUpdate().
+		Order(ent.Asc(chat.FieldID)).
+		// NO KEY UPDATE, as the per-message UPDATE takes: it does not block
+		// the foreign-key checks (KEY SHARE) of inserts referencing chats.
+		Modify(func(s *sql.Selector) { s.For(sql.LockNoKeyUpdate) }).
 		Select(chat.FieldID, chat.FieldRowVersion).Scan(ctx, &now); err != nil {
 		return fmt.Errorf("lock the batch's %d chats: %w", len(ids), err)
 	}
@@ -330,4 +337,18 @@ func (b *batch) claimChats(ctx context.Context) error {
 		return fmt.Errorf("update the batch's %d chats: %d updated", len(ids), n)
 	}
 	return nil
+}
+
+// maxRowsPerInsert keeps a multi-row INSERT under PostgreSQL's 65,535 bind
+// parameters (a chat_events row has 7) however large the batch's diffs.
+const maxRowsPerInsert = 2000
+
+// chunks splits rows into INSERTs of at most maxRowsPerInsert rows.
+func chunks[T any](rows []T) [][]T {
+	var out [][]T
+	for len(rows) > maxRowsPerInsert {
+		out = append(out, rows[:maxRowsPerInsert])
+		rows = rows[maxRowsPerInsert:]
+	}
+	return append(out, rows)
 }
