@@ -45,7 +45,8 @@ func DecodeEnvelope(value []byte) (Envelope, error) {
 	}
 	// One pass over the value, every member kept raw: a member of an
 	// unexpected type must not make the whole envelope unreadable.
-	// encoding/json matches names exactly first, then case-insensitively.
+	// encoding/json matches names case-insensitively; a member given twice
+	// (in any case) counts as its last occurrence.
 	var w struct {
 		MessageID       json.RawMessage `json:"MessageId"`
 		EventType       json.RawMessage `json:"EventType"`
