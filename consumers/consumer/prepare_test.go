@@ -6,12 +6,14 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/google/uuid"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/pin-platform/consumers/consumers/consumer"
 	"github.com/pin-platform/consumers/consumers/consumer/consumertest"
+	"github.com/pin-platform/consumers/consumers/kafkatest"
 	"github.com/pin-platform/consumers/ent"
 )
 
@@ -292,5 +294,45 @@ func TestAPanickingPrepareReplaysTheBatchOneMessageAtATime(t *testing.T) {
 	}
 	if got := p.untagged.Load(); got != n {
 		t.Fatalf("%d runs on their own, want %d", got, n)
+	}
+}
+
+// The batch path keeps the runtime's guarantees through a rebalance: a
+// member joins and another leaves while batches with Prepare and
+// BeforeCommit are in flight; every message has one effect and one mark.
+func TestPreparedBatchesThroughARebalanceNeitherLoseNorDouble(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	leadID := e.lead()
+	const first, second = 300, 150
+	for i := 0; i < first; i++ {
+		_, v := envelope(leadID, "")
+		e.produce(int32(i%3), v)
+	}
+	opts := consumertest.Options{BatchSize: 16}
+	pa, pb := &preparing{}, &preparing{}
+	a := consumertest.Start(t, e.cluster.Bootstrap, e.url, pa.service, opts)
+	kafkatest.Eventually(t, 30*time.Second, func() bool { return e.events(leadID) > 20 }, "a to start")
+	b := consumertest.Start(t, e.cluster.Bootstrap, e.url, pb.service, opts)
+	e.waitCommitted(first)
+	if err := a.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < second; i++ {
+		_, v := envelope(leadID, "")
+		e.produce(int32(i%3), v)
+	}
+	e.waitCommitted(first + second)
+	if got := e.events(leadID); got != first+second {
+		t.Fatalf("lead_events = %d, want %d: lost or doubled effects", got, first+second)
+	}
+	if got := e.count(`SELECT count(*) FROM processed_messages`); got != first+second {
+		t.Fatalf("processed_messages = %d, want %d", got, first+second)
+	}
+	if b.Counter("pin_consumer_messages_total", nil) == 0 || pb.flushes.Load() == 0 {
+		t.Fatal("b processed nothing in batches: no rebalance happened")
+	}
+	if pa.flushes.Load() == 0 {
+		t.Fatal("a committed no prepared batch")
 	}
 }
