@@ -99,6 +99,20 @@ func inFeed(ctx context.Context, tx *ent.Tx, messageID uuid.UUID) (uuid.UUID, er
 	return uuid.Parse(ids[0])
 }
 
+// newFeedRow is the lead_events row of entry e on lead l: the entry's tenant
+// is the lead's.
+func newFeedRow(tx *ent.Tx, l *ent.Lead, e FeedEntry, id uuid.UUID, payload []byte, now time.Time) *ent.LeadEventCreate {
+	return tx.LeadEvent.Create().
+		SetID(id).
+		SetLeadID(l.ID).
+		SetTenantID(l.TenantID).
+		SetType(string(e.Type)).
+		SetOccurredAt(e.OccurredAt).
+		SetSourceMessageID(e.SourceMessageID).
+		SetPayload(payload).
+		SetCreatedAt(now)
+}
+
 // appendEvent appends e to the feed of l, the lead as read in tx, for a
 // message handled on its own (a batch queues its appends: batch.append).
 // The caller has made sure the feed holds no entry of the message
@@ -171,15 +185,7 @@ func appendEvent(ctx context.Context, tx *ent.Tx, l *ent.Lead, e FeedEntry, now 
 	}
 
 	id := uuid.New()
-	err = tx.LeadEvent.Create().
-		SetID(id).
-		SetLeadID(l.ID).
-		SetTenantID(l.TenantID).
-		SetType(string(e.Type)).
-		SetOccurredAt(e.OccurredAt).
-		SetSourceMessageID(e.SourceMessageID).
-		SetPayload(payload).
-		SetCreatedAt(now).
+	err = newFeedRow(tx, l, e, id, payload, now).
 		OnConflict(
 			sql.ConflictColumns(leadevent.FieldSourceMessageID),
 			sql.ConflictWhere(sql.NotNull(leadevent.FieldSourceMessageID)),

@@ -1,11 +1,9 @@
 package crm
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
-	"slices"
 	"time"
 
 	"entgo.io/ent/dialect/sql"
@@ -39,7 +37,6 @@ type batch struct {
 // bump is what the batch does to one lead: n appends, the newest
 // OccurredAt, on the row_version read.
 type bump struct {
-	id      uuid.UUID
 	version int64
 	n       int64
 	newest  time.Time
@@ -155,19 +152,11 @@ func (b *batch) append(l *ent.Lead, e FeedEntry, now time.Time) (Appended, error
 		return Appended{}, fmt.Errorf("marshal the feed payload: %w", err)
 	}
 	id := uuid.New()
-	b.rows = append(b.rows, b.tx.LeadEvent.Create().
-		SetID(id).
-		SetLeadID(l.ID).
-		SetTenantID(l.TenantID).
-		SetType(string(e.Type)).
-		SetOccurredAt(e.OccurredAt).
-		SetSourceMessageID(e.SourceMessageID).
-		SetPayload(payload).
-		SetCreatedAt(now))
+	b.rows = append(b.rows, newFeedRow(b.tx, l, e, id, payload, now))
 	b.inFeed[e.SourceMessageID] = l.ID
 	bp := b.bumps[l.ID]
 	if bp == nil {
-		bp = &bump{id: l.ID, version: l.RowVersion}
+		bp = &bump{version: l.RowVersion}
 		b.bumps[l.ID] = bp
 	}
 	bp.n++
@@ -192,23 +181,11 @@ func (b *batch) flush(ctx context.Context) error {
 	if err := tx.LeadEvent.CreateBulk(b.rows...).Exec(ctx); err != nil {
 		return fmt.Errorf("insert the batch's %d feed entries: %w", len(b.rows), err)
 	}
-	bumps := make([]*bump, 0, len(b.bumps))
-	ids := make([]uuid.UUID, 0, len(b.bumps))
-	for _, bp := range b.bumps {
-		bumps = append(bumps, bp)
-	}
-	slices.SortFunc(bumps, func(x, y *bump) int { return bytes.Compare(x.id[:], y.id[:]) })
-	for _, bp := range bumps {
-		ids = append(ids, bp.id)
-	}
+	ids := consumer.SortedIDs(b.bumps)
 	// CASE id WHEN … THEN … END: one value per lead, in one statement.
 	byLead := func(cast string, v func(*bump) any) func(*sql.Builder) {
 		return func(sb *sql.Builder) {
-			sb.WriteString("CASE ").Ident(lead.FieldID)
-			for _, bp := range bumps {
-				sb.WriteString(" WHEN ").Arg(bp.id).WriteString(" THEN ").Arg(v(bp)).WriteString("::" + cast)
-			}
-			sb.WriteString(" END")
+			consumer.CaseByKey(sb, lead.FieldID, ids, cast, func(id uuid.UUID) any { return v(b.bumps[id]) })
 		}
 	}
 	n, err := tx.Lead.Update().

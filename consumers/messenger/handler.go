@@ -150,6 +150,19 @@ func (h *handler) synced(ctx context.Context, d diff) consumer.Outcome {
 	return Synced
 }
 
+// factRow is the chat_events row of fact f of the snapshot s (message
+// messageID) in chat chatID.
+func factRow(tx *ent.Tx, chatID, messageID uuid.UUID, s snapshot, f fact) *ent.ChatEventCreate {
+	return tx.ChatEvent.Create().
+		SetChatID(chatID).
+		SetType(f.Type).
+		SetUserID(f.UserID).
+		SetRole(f.Role).
+		SetNillablePreviousRole(f.PreviousRole).
+		SetOccurredAt(s.ChangedAt).
+		SetSourceMessageID(messageID)
+}
+
 // apply writes a non-empty diff: the members (step 5), the feed facts and
 // the realtime outbox row with its notification (step 6).
 func (h *handler) apply(ctx context.Context, tx *ent.Tx, chatID, messageID uuid.UUID, s snapshot, d diff,
@@ -203,14 +216,7 @@ func (h *handler) apply(ctx context.Context, tx *ent.Tx, chatID, messageID uuid.
 	facts := d.facts()
 	events := make([]*ent.ChatEventCreate, len(facts))
 	for i, f := range facts {
-		events[i] = tx.ChatEvent.Create().
-			SetChatID(chatID).
-			SetType(f.Type).
-			SetUserID(f.UserID).
-			SetRole(f.Role).
-			SetNillablePreviousRole(f.PreviousRole).
-			SetOccurredAt(s.ChangedAt).
-			SetSourceMessageID(messageID)
+		events[i] = factRow(tx, chatID, messageID, s, f)
 	}
 	if err := tx.ChatEvent.CreateBulk(events...).Exec(ctx); err != nil {
 		return fmt.Errorf("write the feed of chat %s: %w", chatID, err)

@@ -1,10 +1,8 @@
 package messenger
 
 import (
-	"bytes"
 	"context"
 	"fmt"
-	"slices"
 	"time"
 
 	"entgo.io/ent/dialect/sql"
@@ -178,14 +176,7 @@ func (b *batch) apply(chatID, messageID uuid.UUID, s snapshot, d diff, byUser ma
 		changed(r)
 	}
 	for _, f := range d.facts() {
-		b.events = append(b.events, b.tx.ChatEvent.Create().
-			SetChatID(chatID).
-			SetType(f.Type).
-			SetUserID(f.UserID).
-			SetRole(f.Role).
-			SetNillablePreviousRole(f.PreviousRole).
-			SetOccurredAt(s.ChangedAt).
-			SetSourceMessageID(messageID))
+		b.events = append(b.events, factRow(b.tx, chatID, messageID, s, f))
 	}
 	id := uuid.New()
 	b.pushes = append(b.pushes, b.tx.ChatPush.Create().
@@ -207,18 +198,10 @@ func (b *batch) flush(ctx context.Context) error {
 		return err
 	}
 	if len(b.updates) > 0 {
-		ids := make([]uuid.UUID, 0, len(b.updates))
-		for id := range b.updates {
-			ids = append(ids, id)
-		}
-		slices.SortFunc(ids, func(x, y uuid.UUID) int { return bytes.Compare(x[:], y[:]) })
+		ids := consumer.SortedIDs(b.updates)
 		caseOf := func(cast string, v func(*ent.ChatParticipant) any) sql.Querier {
 			return sql.ExprFunc(func(sb *sql.Builder) {
-				sb.WriteString("CASE ").Ident(chatparticipant.FieldID)
-				for _, id := range ids {
-					sb.WriteString(" WHEN ").Arg(id).WriteString(" THEN ").Arg(v(b.updates[id])).WriteString("::" + cast)
-				}
-				sb.WriteString(" END")
+				consumer.CaseByKey(sb, chatparticipant.FieldID, ids, cast, func(id uuid.UUID) any { return v(b.updates[id]) })
 			})
 		}
 		n, err := b.tx.ChatParticipant.Update().
@@ -284,11 +267,7 @@ func (b *batch) claimChats(ctx context.Context) error {
 	if len(b.claims) == 0 {
 		return nil
 	}
-	ids := make([]uuid.UUID, 0, len(b.claims))
-	for id := range b.claims {
-		ids = append(ids, id)
-	}
-	slices.SortFunc(ids, func(x, y uuid.UUID) int { return bytes.Compare(x[:], y[:]) })
+	ids := consumer.SortedIDs(b.claims)
 	var now []struct {
 		ID         uuid.UUID `json:"id"`
 		RowVersion int64     `json:"row_version"`
@@ -312,11 +291,7 @@ func (b *batch) claimChats(ctx context.Context) error {
 		}
 	}
 	caseOf := func(sb *sql.Builder, v func(*claim) int64) {
-		sb.WriteString("CASE ").Ident(chat.FieldID)
-		for _, id := range ids {
-			sb.WriteString(" WHEN ").Arg(id).WriteString(" THEN ").Arg(v(b.claims[id])).WriteString("::bigint")
-		}
-		sb.WriteString(" END")
+		consumer.CaseByKey(sb, chat.FieldID, ids, "bigint", func(id uuid.UUID) any { return v(b.claims[id]) })
 	}
 	n, err := b.tx.Chat.Update().
 		Where(chat.IDIn(ids...)).

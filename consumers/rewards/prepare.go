@@ -1,10 +1,8 @@
 package rewards
 
 import (
-	"bytes"
 	"context"
 	"fmt"
-	"slices"
 
 	"entgo.io/ent/dialect/sql"
 	"github.com/google/uuid"
@@ -135,14 +133,10 @@ func (rs *rows) queueUpdate(r *ent.ReferralBondReplica) {
 // where the handler sees the conflict and reports it with its code.
 func (rs *rows) flush(ctx context.Context) error {
 	if len(rs.updates) > 0 {
-		ids := sortedIDs(rs.updates)
+		ids := consumer.SortedIDs(rs.updates)
 		caseOf := func(cast string, v func(*ent.ReferralBondReplica) any) sql.Querier {
 			return sql.ExprFunc(func(b *sql.Builder) {
-				b.WriteString("CASE ").Ident(referralbondreplica.FieldID)
-				for _, id := range ids {
-					b.WriteString(" WHEN ").Arg(id).WriteString(" THEN ").Arg(v(rs.byID[id])).WriteString("::" + cast)
-				}
-				b.WriteString(" END")
+				consumer.CaseByKey(b, referralbondreplica.FieldID, ids, cast, func(id uuid.UUID) any { return v(rs.byID[id]) })
 			})
 		}
 		n, err := rs.tx.ReferralBondReplica.Update().
@@ -161,7 +155,7 @@ func (rs *rows) flush(ctx context.Context) error {
 		}
 	}
 	if len(rs.inserts) > 0 {
-		ids := sortedIDs(rs.inserts)
+		ids := consumer.SortedIDs(rs.inserts)
 		creates := make([]*ent.ReferralBondReplicaCreate, len(ids))
 		for i, id := range ids {
 			r := rs.byID[id]
@@ -180,15 +174,6 @@ func (rs *rows) flush(ctx context.Context) error {
 		}
 	}
 	return nil
-}
-
-func sortedIDs(set map[uuid.UUID]bool) []uuid.UUID {
-	ids := make([]uuid.UUID, 0, len(set))
-	for id := range set {
-		ids = append(ids, id)
-	}
-	slices.SortFunc(ids, func(a, b uuid.UUID) int { return bytes.Compare(a[:], b[:]) })
-	return ids
 }
 
 // preparedRow returns the bond's row as prepare loaded it (nil: no row) and

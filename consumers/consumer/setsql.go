@@ -1,0 +1,37 @@
+package consumer
+
+import (
+	"bytes"
+	"slices"
+
+	"entgo.io/ent/dialect/sql"
+	"github.com/google/uuid"
+)
+
+// CaseByKey writes the SQL expression
+//
+//	CASE <column> WHEN $1 THEN $2::<cast> WHEN $3 THEN $4::<cast> … END
+//
+// with one value per key: what a set-based UPDATE of many rows, each to
+// its own value, needs (the writes a Service.Prepare registers with
+// BeforeCommit). The cast types the values, which PostgreSQL cannot infer
+// from a CASE of parameters; a nil value is NULL of that type (ent writes it inline).
+func CaseByKey[K any](b *sql.Builder, column string, keys []K, cast string, value func(K) any) {
+	b.WriteString("CASE ").Ident(column)
+	for _, k := range keys {
+		b.WriteString(" WHEN ").Arg(k).WriteString(" THEN ").Arg(value(k)).WriteString("::" + cast)
+	}
+	b.WriteString(" END")
+}
+
+// SortedIDs returns the keys of m in byte order: the order in which a batch
+// locks and writes its rows, the same in every batch, so that two batches
+// touching the same rows wait for each other instead of deadlocking.
+func SortedIDs[V any](m map[uuid.UUID]V) []uuid.UUID {
+	ids := make([]uuid.UUID, 0, len(m))
+	for id := range m {
+		ids = append(ids, id)
+	}
+	slices.SortFunc(ids, func(a, b uuid.UUID) int { return bytes.Compare(a[:], b[:]) })
+	return ids
+}
