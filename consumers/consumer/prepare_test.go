@@ -6,14 +6,12 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
-	"time"
 
 	"github.com/google/uuid"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/pin-platform/consumers/consumers/consumer"
 	"github.com/pin-platform/consumers/consumers/consumer/consumertest"
-	"github.com/pin-platform/consumers/consumers/kafkatest"
 	"github.com/pin-platform/consumers/ent"
 )
 
@@ -302,37 +300,9 @@ func TestAPanickingPrepareReplaysTheBatchOneMessageAtATime(t *testing.T) {
 // BeforeCommit are in flight; every message has one effect and one mark.
 func TestPreparedBatchesThroughARebalanceNeitherLoseNorDouble(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t)
-	leadID := e.lead()
-	const first, second = 300, 150
-	for i := 0; i < first; i++ {
-		_, v := envelope(leadID, "")
-		e.produce(int32(i%3), v)
-	}
-	opts := consumertest.Options{BatchSize: 16}
 	pa, pb := &preparing{}, &preparing{}
-	a := consumertest.Start(t, e.cluster.Bootstrap, e.url, pa.service, opts)
-	kafkatest.Eventually(t, 30*time.Second, func() bool { return e.events(leadID) > 20 }, "a to start")
-	b := consumertest.Start(t, e.cluster.Bootstrap, e.url, pb.service, opts)
-	e.waitCommitted(first)
-	if err := a.Stop(); err != nil {
-		t.Fatal(err)
-	}
-	for i := 0; i < second; i++ {
-		_, v := envelope(leadID, "")
-		e.produce(int32(i%3), v)
-	}
-	e.waitCommitted(first + second)
-	if got := e.events(leadID); got != first+second {
-		t.Fatalf("lead_events = %d, want %d: lost or doubled effects", got, first+second)
-	}
-	if got := e.count(`SELECT count(*) FROM processed_messages`); got != first+second {
-		t.Fatalf("processed_messages = %d, want %d", got, first+second)
-	}
-	if b.Counter("pin_consumer_messages_total", nil) == 0 || pb.flushes.Load() == 0 {
-		t.Fatal("b processed nothing in batches: no rebalance happened")
-	}
-	if pa.flushes.Load() == 0 {
-		t.Fatal("a committed no prepared batch")
+	checkRebalance(t, newEnv(t), pa.service, pb.service, 16)
+	if pa.flushes.Load() == 0 || pb.flushes.Load() == 0 {
+		t.Fatalf("prepared batches committed: a %d, b %d; want both", pa.flushes.Load(), pb.flushes.Load())
 	}
 }

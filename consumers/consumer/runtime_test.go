@@ -11,6 +11,7 @@ import (
 
 	"github.com/confluentinc/confluent-kafka-go/v2/kafka"
 	"github.com/google/uuid"
+	"github.com/prometheus/client_golang/prometheus"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
@@ -327,17 +328,24 @@ func TestDatabaseOutagePausesWithoutDLQAndResumes(t *testing.T) {
 
 func TestTwoConsumersRebalanceWithoutLossOrDoubleEffects(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t)
+	checkRebalance(t, newEnv(t), probeService(long...), probeService(long...), 4)
+}
+
+// checkRebalance runs a through 300 messages, starts b meanwhile (a
+// rebalance), stops a (another one), feeds 150 more and checks every
+// message has one effect and one mark, and that b took part.
+func checkRebalance(t *testing.T, e *env, buildA, buildB func(prometheus.Registerer) consumer.Service, batch int) {
+	t.Helper()
 	leadID := e.lead()
 	const first, second = 300, 150
 	for i := 0; i < first; i++ {
 		_, v := envelope(leadID, "")
 		e.produce(int32(i%3), v)
 	}
-	opts := consumertest.Options{BatchSize: 4}
-	a := consumertest.Start(t, e.cluster.Bootstrap, e.url, probeService(long...), opts)
+	opts := consumertest.Options{BatchSize: batch}
+	a := consumertest.Start(t, e.cluster.Bootstrap, e.url, buildA, opts)
 	kafkatest.Eventually(t, 30*time.Second, func() bool { return e.events(leadID) > 20 }, "a to start")
-	b := consumertest.Start(t, e.cluster.Bootstrap, e.url, probeService(long...), opts)
+	b := consumertest.Start(t, e.cluster.Bootstrap, e.url, buildB, opts)
 	e.waitCommitted(first)
 	if err := a.Stop(); err != nil {
 		t.Fatal(err)
