@@ -131,20 +131,9 @@ func TestPrepareRunsOncePerBatchWithTheMessagesToHandle(t *testing.T) {
 
 func TestAFailingPrepareReplaysTheBatchOneMessageAtATime(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t)
-	leadID := e.lead()
 	const n = 10
-	for i := 0; i < n; i++ {
-		_, v := envelope(leadID, "")
-		e.produce(2, v)
-	}
 	p := &preparing{fail: true}
-	r := consumertest.Start(t, e.cluster.Bootstrap, e.url, p.service, consumertest.Options{})
-	e.waitCommitted(n)
-
-	if got := e.events(leadID); got != n {
-		t.Fatalf("lead_events = %d, want %d (each message once)", got, n)
-	}
+	r := runBatch(t, n, 2, p.service)
 	p.mu.Lock()
 	calls := p.calls
 	p.mu.Unlock()
@@ -164,20 +153,9 @@ func TestAFailingPrepareReplaysTheBatchOneMessageAtATime(t *testing.T) {
 
 func TestAFailingBeforeCommitReplaysTheBatchOneMessageAtATime(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t)
-	leadID := e.lead()
 	const n = 10
-	for i := 0; i < n; i++ {
-		_, v := envelope(leadID, "")
-		e.produce(0, v)
-	}
 	p := &preparing{flushFail: true}
-	consumertest.Start(t, e.cluster.Bootstrap, e.url, p.service, consumertest.Options{})
-	e.waitCommitted(n)
-
-	if got := e.events(leadID); got != n {
-		t.Fatalf("lead_events = %d, want %d (each message once: the failed batch rolled back)", got, n)
-	}
+	runBatch(t, n, 0, p.service) // each message once: the failed batches rolled back
 	if p.flushes.Load() == 0 {
 		t.Fatal("BeforeCommit never ran: the messages were not batched")
 	}
@@ -195,16 +173,8 @@ func TestAFailingBeforeCommitReplaysTheBatchOneMessageAtATime(t *testing.T) {
 
 func TestBeforeCommitRunsAfterTheBatchsHandlers(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t)
-	leadID := e.lead()
-	const n = 12
-	for i := 0; i < n; i++ {
-		_, v := envelope(leadID, "")
-		e.produce(2, v)
-	}
 	p := &preparing{}
-	consumertest.Start(t, e.cluster.Bootstrap, e.url, p.service, consumertest.Options{})
-	e.waitCommitted(n)
+	runBatch(t, 12, 2, p.service)
 	if p.flushes.Load() == 0 {
 		t.Fatal("BeforeCommit never ran: the messages were not batched")
 	}
@@ -277,19 +247,9 @@ func TestABeforeCommitFailureOfOneMessageIsThatMessagesFirstAttempt(t *testing.T
 
 func TestAPanickingPrepareReplaysTheBatchOneMessageAtATime(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t)
-	leadID := e.lead()
 	const n = 6
-	for i := 0; i < n; i++ {
-		_, v := envelope(leadID, "")
-		e.produce(0, v)
-	}
 	p := &preparing{panics: true}
-	consumertest.Start(t, e.cluster.Bootstrap, e.url, p.service, consumertest.Options{})
-	e.waitCommitted(n) // the process survived, the partition went on
-	if got := e.events(leadID); got != n {
-		t.Fatalf("lead_events = %d, want %d", got, n)
-	}
+	runBatch(t, n, 0, p.service) // the process survived, the partition went on
 	if got := p.untagged.Load(); got != n {
 		t.Fatalf("%d runs on their own, want %d", got, n)
 	}
@@ -305,4 +265,23 @@ func TestPreparedBatchesThroughARebalanceNeitherLoseNorDouble(t *testing.T) {
 	if pa.flushes.Load() == 0 || pb.flushes.Load() == 0 {
 		t.Fatalf("prepared batches committed: a %d, b %d; want both", pa.flushes.Load(), pb.flushes.Load())
 	}
+}
+
+// runBatch produces n probe messages on one partition, runs the service
+// built by build until their offsets are committed, and checks that each
+// message had exactly one effect.
+func runBatch(t *testing.T, n int, partition int32, build func(prometheus.Registerer) consumer.Service) *consumertest.Running {
+	t.Helper()
+	e := newEnv(t)
+	leadID := e.lead()
+	for i := 0; i < n; i++ {
+		_, v := envelope(leadID, "")
+		e.produce(partition, v)
+	}
+	r := consumertest.Start(t, e.cluster.Bootstrap, e.url, build, consumertest.Options{})
+	e.waitCommitted(int64(n))
+	if got := e.events(leadID); got != n {
+		t.Fatalf("lead_events = %d, want %d (each message once)", got, n)
+	}
+	return r
 }
