@@ -50,7 +50,7 @@ func brokerOnly(ctx context.Context, brokers, group, topic string, n int, overri
 	if err != nil {
 		return r, err
 	}
-	defer closeBounded(c)
+	defer opCloseConsumer(c)
 	err = c.Subscribe(topic, func(c *kafka.Consumer, ev kafka.Event) error {
 		switch e := ev.(type) {
 		case kafka.AssignedPartitions:
@@ -97,15 +97,6 @@ func brokerOnly(ctx context.Context, brokers, group, topic string, n int, overri
 	r.JoinSeconds = assigned.Sub(start).Seconds()
 	r.AssignedEPS = float64(n) / now.Sub(assigned).Seconds()
 	return r, nil
-}
-
-func closeBounded(c *kafka.Consumer) {
-	done := make(chan struct{})
-	go func() { _ = c.Close(); close(done) }()
-	select {
-	case <-done:
-	case <-time.After(10 * time.Second):
-	}
 }
 
 // offsetWatcher reads a group's committed offsets and a topic's high
@@ -162,7 +153,7 @@ func (w *offsetWatcher) high(topic string) ([]int64, error) {
 	return out, nil
 }
 
-func (w *offsetWatcher) close() { closeBounded(w.c) }
+func (w *offsetWatcher) close() { opCloseConsumer(w.c) }
 
 func sum(xs []int64) int64 {
 	var s int64

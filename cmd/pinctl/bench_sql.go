@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"os/user"
 	"path/filepath"
 	"regexp"
 	"strconv"
@@ -207,7 +206,7 @@ func pgbench(ctx context.Context, srv *localpg.Server, db, dir string, files []s
 	cmd := exec.CommandContext(ctx, filepath.Join(bin, "pgbench"), args...)
 	cmd.Dir = dir
 	if os.Geteuid() == 0 { // as the server does: the postgres user, not root
-		cred, err := postgresCredential()
+		cred, err := localpg.PostgresUser() // pgbench runs as the postgres user when pinctl runs as root
 		if err != nil {
 			return pgbenchRun{}, err
 		}
@@ -254,16 +253,6 @@ func parsePgbench(out string) (pgbenchRun, error) {
 		r.Failed, _ = strconv.Atoi(m[1])
 	}
 	return r, nil
-}
-
-func postgresCredential() (*syscall.Credential, error) {
-	u, err := user.Lookup("postgres")
-	if err != nil {
-		return nil, fmt.Errorf("pgbench runs as the postgres user when pinctl runs as root: %w", err)
-	}
-	uid, _ := strconv.Atoi(u.Uid)
-	gid, _ := strconv.Atoi(u.Gid)
-	return &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}, nil
 }
 
 func lastLines(s string, n int) string {

@@ -86,7 +86,7 @@ func Start(ctx context.Context, dir string, opts Options) (*Server, error) {
 	}
 	s := &Server{dir: dir, bin: bin}
 	if os.Geteuid() == 0 {
-		s.cred, err = postgresUser()
+		s.cred, err = PostgresUser()
 		if err != nil {
 			return nil, err
 		}
@@ -210,7 +210,7 @@ func MkdirTemp(pattern string) (string, error) {
 		return "", err
 	}
 	if os.Geteuid() == 0 {
-		cred, err := postgresUser()
+		cred, err := PostgresUser()
 		if err != nil {
 			return "", err
 		}
@@ -221,7 +221,9 @@ func MkdirTemp(pattern string) (string, error) {
 	return dir, nil
 }
 
-func postgresUser() (*syscall.Credential, error) {
+// PostgresUser is the credential of the "postgres" system user: what a
+// PostgreSQL server, and its client tools, run as when the caller is root.
+func PostgresUser() (*syscall.Credential, error) {
 	u, err := user.Lookup("postgres")
 	if err != nil {
 		return nil, fmt.Errorf("localpg: running as root needs the \"postgres\" system user (installed with the postgresql package): %w", err)
