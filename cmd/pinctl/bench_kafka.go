@@ -258,12 +258,7 @@ type produced struct {
 // acknowledged. linger.ms is 0: the latency is the consumer's, not the
 // producer's batching.
 func pacedProduce(ctx context.Context, brokers string, next func() demo.Event, count int, rate float64) ([]produced, error) {
-	p, err := kafka.NewProducer(&kafka.ConfigMap{
-		"bootstrap.servers":            brokers,
-		"enable.idempotence":           true,
-		"linger.ms":                    0,
-		"queue.buffering.max.messages": 1000000,
-	})
+	p, err := newLoadProducer(brokers, 0)
 	if err != nil {
 		return nil, err
 	}
@@ -352,12 +347,7 @@ type feeder struct {
 }
 
 func newFeeder(brokers string, partitions int) (*feeder, error) {
-	p, err := kafka.NewProducer(&kafka.ConfigMap{
-		"bootstrap.servers":            brokers,
-		"enable.idempotence":           true,
-		"linger.ms":                    5,
-		"queue.buffering.max.messages": 1000000,
-	})
+	p, err := newLoadProducer(brokers, 5)
 	if err != nil {
 		return nil, err
 	}

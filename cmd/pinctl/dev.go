@@ -703,13 +703,20 @@ type devProducer struct {
 	pending sync.WaitGroup
 }
 
-func newDevProducer(brokers string) (*devProducer, error) {
-	p, err := kafka.NewProducer(&kafka.ConfigMap{
+// newLoadProducer is the idempotent producer pinctl feeds topics with
+// (dev scenarios, bench loads): lingerMs batches sends, 0 sends each
+// message at once (latency measurements).
+func newLoadProducer(brokers string, lingerMs int) (*kafka.Producer, error) {
+	return kafka.NewProducer(&kafka.ConfigMap{
 		"bootstrap.servers":            brokers,
 		"enable.idempotence":           true,
-		"linger.ms":                    5,
+		"linger.ms":                    lingerMs,
 		"queue.buffering.max.messages": 1000000,
 	})
+}
+
+func newDevProducer(brokers string) (*devProducer, error) {
+	p, err := newLoadProducer(brokers, 5)
 	if err != nil {
 		return nil, err
 	}
