@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"os"
@@ -20,12 +19,7 @@ func TestBenchEndToEnd(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts PostgreSQL, the broker and a consumer")
 	}
-	bin := t.TempDir()
-	build := exec.Command("go", "build", "-o", bin+string(filepath.Separator), "./cmd/...")
-	build.Dir = filepath.Join("..", "..")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
+	bin := builtBinaries(t)
 	results := t.TempDir()
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
@@ -38,14 +32,7 @@ func TestBenchEndToEnd(t *testing.T) {
 		}
 	}
 	cmd.Env = env
-	var out bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &out
-	err := cmd.Run()
-	t.Log(out.String())
-	if err != nil {
-		t.Fatalf("pinctl bench: %v", err)
-	}
-	for _, want := range []string{
+	runExpecting(t, cmd,
 		"═══ rewards",
 		"broker only",
 		"SQL limit: pgbench 1 client",
@@ -54,11 +41,7 @@ func TestBenchEndToEnd(t *testing.T) {
 		"p50 / p99 produce → database commit",
 		"p50 / p99 produce → offset commit",
 		"peak RSS",
-	} {
-		if !strings.Contains(out.String(), want) {
-			t.Errorf("output lacks %q", want)
-		}
-	}
+	)
 
 	files, _ := filepath.Glob(filepath.Join(results, "*.json"))
 	if len(files) != 1 {

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"os"
 	"os/exec"
@@ -19,12 +18,7 @@ import (
 // scenario's expected outcome (which the command verifies against the
 // database and the DLQs: every path of the three consumers).
 func TestDevOnceReachesTheScenarioOutcome(t *testing.T) {
-	bin := t.TempDir()
-	build := exec.Command("go", "build", "-o", bin+string(filepath.Separator), "./cmd/...")
-	build.Dir = filepath.Join("..", "..")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
+	bin := builtBinaries(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, filepath.Join(bin, "pinctl"), "dev", "--once", "--events", "300", "--data", t.TempDir())
@@ -35,14 +29,7 @@ func TestDevOnceReachesTheScenarioOutcome(t *testing.T) {
 		}
 	}
 	cmd.Env = append(env, "DATABASE_URL="+pgtest.NewDB(t))
-	var out bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &out
-	err := cmd.Run()
-	t.Log(out.String())
-	if err != nil {
-		t.Fatalf("pinctl dev --once: %v", err)
-	}
-	for _, want := range []string{
+	runExpecting(t, cmd,
 		"the scenario reached its expected outcome",
 		"REWARDS_BOND_EVENT_ORPHAN_CLOSED",
 		"CRM_SELECTION_UNKNOWN_ACTION",
@@ -50,9 +37,5 @@ func TestDevOnceReachesTheScenarioOutcome(t *testing.T) {
 		"skipped-duplicate",
 		"skipped-stale",
 		"parked",
-	} {
-		if !strings.Contains(out.String(), want) {
-			t.Errorf("output lacks %q", want)
-		}
-	}
+	)
 }

@@ -4,17 +4,71 @@ import (
 	"bytes"
 	"errors"
 	"flag"
+	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/pin-platform/consumers/migrate"
 	"github.com/pin-platform/consumers/migrate/pgtest"
 )
 
-func TestMain(m *testing.M) { pgtest.Main(m) }
+func TestMain(m *testing.M) {
+	code := pgtest.Run(m)
+	if binaries.dir != "" {
+		os.RemoveAll(binaries.dir)
+	}
+	os.Exit(code)
+}
+
+// binaries is the module's binaries (pinctl and the three consumers), built
+// once per test run by the tests that run them as processes.
+var binaries struct {
+	once sync.Once
+	dir  string
+	err  error
+}
+
+func builtBinaries(t *testing.T) string {
+	t.Helper()
+	binaries.once.Do(func() {
+		if binaries.dir, binaries.err = os.MkdirTemp("", "pinctl-test-bin-"); binaries.err != nil {
+			return
+		}
+		build := exec.Command("go", "build", "-o", binaries.dir+string(filepath.Separator), "./cmd/...")
+		build.Dir = filepath.Join("..", "..")
+		if out, err := build.CombinedOutput(); err != nil {
+			binaries.err = fmt.Errorf("go build: %v\n%s", err, out)
+		}
+	})
+	if binaries.err != nil {
+		t.Fatal(binaries.err)
+	}
+	return binaries.dir
+}
+
+// runExpecting runs cmd (stdout and stderr together, logged) and checks
+// that it succeeds and that its output holds every one of wants.
+func runExpecting(t *testing.T, cmd *exec.Cmd, wants ...string) string {
+	t.Helper()
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	err := cmd.Run()
+	t.Log(out.String())
+	if err != nil {
+		t.Fatalf("%s: %v", strings.Join(cmd.Args[1:], " "), err)
+	}
+	for _, want := range wants {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("output lacks %q", want)
+		}
+	}
+	return out.String()
+}
 
 func TestParseArgs(t *testing.T) {
 	tests := []struct {

@@ -58,10 +58,12 @@ const templateLock int64 = 0x70696e5f74706c // "pin_tpl"
 // it), runs m, stops and removes the server, and exits with m's code. Call
 // it from TestMain.
 func Main(m *testing.M) {
-	os.Exit(run(m))
+	os.Exit(Run(m))
 }
 
-func run(m *testing.M) int {
+// Run is Main without the exit: it returns m's code, for a TestMain that
+// has more to clean up.
+func Run(m *testing.M) int {
 	if os.Getenv(EnvURL) != "" {
 		return m.Run()
 	}
