@@ -139,8 +139,9 @@ func (w *worker) handle(batch []*kafka.Message) bool {
 	return true
 }
 
-// runRouted processes routable messages, several per transaction. When a
-// handler fails, the transaction is rolled back; the messages before it are
+// runRouted processes routable messages, several per transaction (a lone
+// one goes through the batch path too when the service has a Prepare, else
+// through processOne). When a handler fails, the transaction is rolled back; the messages before it are
 // run again (they did not fail), the failing one continues on its own with
 // that failure as its first attempt, and the rest go on as a new batch.
 func (w *worker) runRouted(items []*item) bool {
@@ -168,9 +169,11 @@ func (w *worker) runRouted(items []*item) bool {
 	return true
 }
 
-// processBatch runs several messages in one transaction. When it reports
-// false everything was rolled back; failed is the index of the message
-// whose handler returned err, or -1 when the failure was not a handler's.
+// processBatch runs messages in one transaction (several, or a lone one
+// when the service has a Prepare). When it reports false everything was
+// rolled back; failed is the index of the message whose handler (or a
+// BeforeCommit function, through FailMessage) returned err, or -1 when the
+// failure belongs to no one message.
 func (w *worker) processBatch(items []*item) (ok bool, failed int, err error) {
 	r := w.r
 	ctx, span := r.tracer.Start(w.ctx, "db.batch", trace.WithAttributes(attribute.Int("pin.batch_size", len(items))))

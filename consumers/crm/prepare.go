@@ -137,15 +137,13 @@ func preparedLead(ctx context.Context, agent, investor uuid.UUID) *ent.Lead {
 }
 
 // append is appendEvent for a lead that prepare locked: the same rules, but
-// the feed row and the lead's update are queued for flush. The lead is
+// the feed row and the lead's update are queued for flush. The caller has
+// made sure the feed holds no entry of the message (b.inFeed). The lead is
 // locked by this transaction since prepare, so it cannot leave Active or
 // change under the batch.
 func (b *batch) append(l *ent.Lead, e FeedEntry, now time.Time) (Appended, error) {
 	if l.Status != StatusActive {
 		return Appended{}, CodeLeadNotActive.Errorf("lead %s is %s, not Active (INV-LEAD-2)", l.ID, l.Status)
-	}
-	if _, ok := b.inFeed[e.SourceMessageID]; ok {
-		return Appended{Duplicate: true}, nil
 	}
 	payload, err := json.Marshal(e.Payload)
 	if err != nil {
