@@ -77,11 +77,11 @@ func (h *handler) handle(ctx context.Context, tx *ent.Tx, m *consumer.Message) (
 		SourceMessageID: m.MessageID,
 		Payload:         ev.FeedPayload(),
 	}
-	var res Appended
+	var id uuid.UUID
 	if b != nil && preparedLead(ctx, ev.AgentUserID, ev.InvestorUserID) == l {
-		res, err = b.append(l, entry, h.now()) // written at the end of the batch
+		id, err = b.append(l, entry, h.now()) // written at the end of the batch
 	} else {
-		res, err = appendEvent(ctx, tx, l, entry, h.now())
+		id, err = appendEvent(ctx, tx, l, entry, h.now())
 	}
 	if c, ok := consumer.CodeOf(err); ok && c.Name == CodeLeadNotFound.Name {
 		return "", h.leadNotFound(ctx, p, err) // the lead vanished between read and write
@@ -89,13 +89,9 @@ func (h *handler) handle(ctx context.Context, tx *ent.Tx, m *consumer.Message) (
 	if err != nil {
 		return "", err
 	}
-	if res.Duplicate {
-		consumer.LogFields(ctx, func(e *zerolog.Event) { e.Str("duplicate", "source_message_id") })
-		return SkippedDuplicate, nil
-	}
-	eventID := res.EventID.String()
+	eventID := id.String()
 	consumer.LogFields(ctx, func(e *zerolog.Event) { e.Str("EventId", eventID) })
-	added := LeadEventAdded{LeadID: l.ID, EventID: res.EventID, Type: typ}
+	added := LeadEventAdded{LeadID: l.ID, EventID: id, Type: typ}
 	pubCtx := context.WithoutCancel(ctx)
 	consumer.AfterCommit(ctx, func() { publishSafely(pubCtx, h.pub, added) })
 	if typ == SelectionViewed {

@@ -71,15 +71,6 @@ type FeedEntry struct {
 	Payload         any       // marshalled to the jsonb payload
 }
 
-// Appended is what appendEvent did.
-type Appended struct {
-	// EventID is the new lead_events row; uuid.Nil when Duplicate.
-	EventID uuid.UUID
-	// Duplicate: a feed entry with the same source_message_id exists
-	// already (ux_lead_events_source_message_id); nothing was written.
-	Duplicate bool
-}
-
 // testHookBeforeWrite, set only by tests, runs in appendEvent between the
 // read of the lead and the writes, to move the lead under the consumer's
 // feet (leave Active, bump row_version).
@@ -116,7 +107,8 @@ func newFeedRow(tx *ent.Tx, l *ent.Lead, e FeedEntry, id uuid.UUID, payload []by
 // appendEvent appends e to the feed of l, the lead as read in tx, for a
 // message handled on its own (a batch queues its appends: batch.append).
 // The caller has made sure the feed holds no entry of the message
-// (inFeed). It is the lead aggregate's write path for feed entries:
+// (inFeed). It returns the new entry's id. It is the lead aggregate's write
+// path for feed entries:
 //
 //   - INV-LEAD-2: the lead must be Active, as read and still at write time
 //     (the update is conditioned on it); otherwise CodeLeadNotActive and
@@ -138,13 +130,13 @@ func newFeedRow(tx *ent.Tx, l *ent.Lead, e FeedEntry, id uuid.UUID, payload []by
 //
 // On an error the caller's transaction must be rolled back (the runtime
 // does): nothing of the attempt is kept.
-func appendEvent(ctx context.Context, tx *ent.Tx, l *ent.Lead, e FeedEntry, now time.Time) (Appended, error) {
+func appendEvent(ctx context.Context, tx *ent.Tx, l *ent.Lead, e FeedEntry, now time.Time) (uuid.UUID, error) {
 	if l.Status != StatusActive {
-		return Appended{}, CodeLeadNotActive.Errorf("lead %s is %s, not Active (INV-LEAD-2)", l.ID, l.Status)
+		return uuid.Nil, CodeLeadNotActive.Errorf("lead %s is %s, not Active (INV-LEAD-2)", l.ID, l.Status)
 	}
 	payload, err := json.Marshal(e.Payload)
 	if err != nil {
-		return Appended{}, fmt.Errorf("marshal the feed payload: %w", err)
+		return uuid.Nil, fmt.Errorf("marshal the feed payload: %w", err)
 	}
 	if testHookBeforeWrite != nil {
 		testHookBeforeWrite(ctx, l.ID)
@@ -166,7 +158,7 @@ func appendEvent(ctx context.Context, tx *ent.Tx, l *ent.Lead, e FeedEntry, now 
 		}).
 		Save(ctx)
 	if err != nil {
-		return Appended{}, fmt.Errorf("update lead %s: %w", l.ID, err)
+		return uuid.Nil, fmt.Errorf("update lead %s: %w", l.ID, err)
 	}
 	if n != 1 {
 		// The conditional update missed: tell a lead that left Active from
@@ -174,13 +166,13 @@ func appendEvent(ctx context.Context, tx *ent.Tx, l *ent.Lead, e FeedEntry, now 
 		cur, err := tx.Lead.Query().Where(lead.ID(l.ID)).Select(lead.FieldStatus, lead.FieldRowVersion).Only(ctx)
 		switch {
 		case ent.IsNotFound(err):
-			return Appended{}, CodeLeadNotFound.Errorf("lead %s disappeared between its read and the write", l.ID)
+			return uuid.Nil, CodeLeadNotFound.Errorf("lead %s disappeared between its read and the write", l.ID)
 		case err != nil:
-			return Appended{}, fmt.Errorf("re-read lead %s: %w", l.ID, err)
+			return uuid.Nil, fmt.Errorf("re-read lead %s: %w", l.ID, err)
 		case cur.Status != StatusActive:
-			return Appended{}, CodeLeadNotActive.Errorf("lead %s left Active (now %s) between its read and the write (INV-LEAD-2)", l.ID, cur.Status)
+			return uuid.Nil, CodeLeadNotActive.Errorf("lead %s left Active (now %s) between its read and the write (INV-LEAD-2)", l.ID, cur.Status)
 		default:
-			return Appended{}, CodeConcurrentUpdate.Errorf("lead %s changed concurrently (row_version %d read, %d now)", l.ID, l.RowVersion, cur.RowVersion)
+			return uuid.Nil, CodeConcurrentUpdate.Errorf("lead %s changed concurrently (row_version %d read, %d now)", l.ID, l.RowVersion, cur.RowVersion)
 		}
 	}
 
@@ -193,11 +185,11 @@ func appendEvent(ctx context.Context, tx *ent.Tx, l *ent.Lead, e FeedEntry, now 
 		DoNothing().
 		Exec(ctx)
 	if errors.Is(err, stdsql.ErrNoRows) { // ON CONFLICT DO NOTHING returned no row (ent#1821)
-		return Appended{}, CodeConcurrentUpdate.Errorf("the feed entry of message %s appeared concurrently", e.SourceMessageID)
+		return uuid.Nil, CodeConcurrentUpdate.Errorf("the feed entry of message %s appeared concurrently", e.SourceMessageID)
 	}
 	if err != nil {
-		return Appended{}, fmt.Errorf("insert the feed entry of lead %s: %w", l.ID, err)
+		return uuid.Nil, fmt.Errorf("insert the feed entry of lead %s: %w", l.ID, err)
 	}
 	l.RowVersion++
-	return Appended{EventID: id}, nil
+	return id, nil
 }

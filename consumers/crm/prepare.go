@@ -141,13 +141,13 @@ func preparedLead(ctx context.Context, agent, investor uuid.UUID) *ent.Lead {
 // made sure the feed holds no entry of the message (b.inFeed). The lead is
 // locked by this transaction since prepare, so it cannot leave Active or
 // change under the batch.
-func (b *batch) append(l *ent.Lead, e FeedEntry, now time.Time) (Appended, error) {
+func (b *batch) append(l *ent.Lead, e FeedEntry, now time.Time) (uuid.UUID, error) {
 	if l.Status != StatusActive {
-		return Appended{}, CodeLeadNotActive.Errorf("lead %s is %s, not Active (INV-LEAD-2)", l.ID, l.Status)
+		return uuid.Nil, CodeLeadNotActive.Errorf("lead %s is %s, not Active (INV-LEAD-2)", l.ID, l.Status)
 	}
 	payload, err := json.Marshal(e.Payload)
 	if err != nil {
-		return Appended{}, fmt.Errorf("marshal the feed payload: %w", err)
+		return uuid.Nil, fmt.Errorf("marshal the feed payload: %w", err)
 	}
 	id := uuid.New()
 	b.rows = append(b.rows, newFeedRow(b.tx, l, e, id, payload, now))
@@ -162,7 +162,7 @@ func (b *batch) append(l *ent.Lead, e FeedEntry, now time.Time) (Appended, error
 		bp.newest = e.OccurredAt
 	}
 	b.now = now
-	return Appended{EventID: id}, nil
+	return id, nil
 }
 
 // flush writes what the batch queued: the feed rows with one INSERT, the
