@@ -175,6 +175,19 @@ func newRow(p BondCreated, at time.Time) *ent.ReferralBondReplica {
 	}
 }
 
+// createRow is the INSERT of row r.
+func createRow(tx *ent.Tx, r *ent.ReferralBondReplica) *ent.ReferralBondReplicaCreate {
+	return tx.ReferralBondReplica.Create().
+		SetID(r.ID).
+		SetReferredUserID(r.ReferredUserID).
+		SetReferrerUserID(r.ReferrerUserID).
+		SetNillableReferrerCompanyID(r.ReferrerCompanyID).
+		SetStatus(r.Status).
+		SetBoundAt(r.BoundAt).
+		SetReplicaVersion(r.ReplicaVersion).
+		SetSyncedAt(r.SyncedAt)
+}
+
 // writeRow writes the locked row's mutable fields (status, replica_version,
 // synced_at) as the handler set them: in a batch at its end, else now with
 // one UPDATE statement (ent's UpdateOne would read the row back).
@@ -210,15 +223,7 @@ func rowOf(r *ent.ReferralBondReplica) *Row {
 // ux_referral_bond_replicas_referred_active), so a conflict leaves the
 // transaction usable: a failed statement would abort it.
 func insertActive(ctx context.Context, tx *ent.Tx, p BondCreated, at time.Time) (bool, error) {
-	err := tx.ReferralBondReplica.Create().
-		SetID(p.BondID).
-		SetReferredUserID(p.ReferredUserID).
-		SetReferrerUserID(p.ReferrerUserID).
-		SetNillableReferrerCompanyID(p.ReferrerCompanyID).
-		SetStatus(string(StatusActive)).
-		SetBoundAt(p.BoundAt).
-		SetReplicaVersion(p.Version).
-		SetSyncedAt(at).
+	err := createRow(tx, newRow(p, at)).
 		OnConflict(sql.DoNothing()).
 		Exec(ctx)
 	if errors.Is(err, stdsql.ErrNoRows) || ent.IsNotFound(err) { // ent#1821: nothing inserted

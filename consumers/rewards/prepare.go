@@ -158,16 +158,7 @@ func (rs *rows) flush(ctx context.Context) error {
 		ids := consumer.SortedIDs(rs.inserts)
 		creates := make([]*ent.ReferralBondReplicaCreate, len(ids))
 		for i, id := range ids {
-			r := rs.byID[id]
-			creates[i] = rs.tx.ReferralBondReplica.Create().
-				SetID(r.ID).
-				SetReferredUserID(r.ReferredUserID).
-				SetReferrerUserID(r.ReferrerUserID).
-				SetNillableReferrerCompanyID(r.ReferrerCompanyID).
-				SetStatus(r.Status).
-				SetBoundAt(r.BoundAt).
-				SetReplicaVersion(r.ReplicaVersion).
-				SetSyncedAt(r.SyncedAt)
+			creates[i] = createRow(rs.tx, rs.byID[id])
 		}
 		if err := rs.tx.ReferralBondReplica.CreateBulk(creates...).Exec(ctx); err != nil {
 			return fmt.Errorf("insert the batch's %d bonds: %w", len(ids), err)
