@@ -150,6 +150,16 @@ func (h *handler) synced(ctx context.Context, d diff) consumer.Outcome {
 	return Synced
 }
 
+// pushRow is the chat_updates row of the diff d, applied for snapshot s:
+// the active members receive the update, the removed ones lose their
+// subscription.
+func pushRow(tx *ent.Tx, chatID uuid.UUID, s snapshot, d diff) *ent.ChatPushCreate {
+	return tx.ChatPush.Create().
+		SetChatID(chatID).
+		SetRecipientUserIds(uuidarray.UUIDs(userIDs(s.Target))).
+		SetRevokedUserIds(uuidarray.UUIDs(userIDs(d.Remove)))
+}
+
 // factRow is the chat_events row of fact f of the snapshot s (message
 // messageID) in chat chatID.
 func factRow(tx *ent.Tx, chatID, messageID uuid.UUID, s snapshot, f fact) *ent.ChatEventCreate {
@@ -229,11 +239,7 @@ func (h *handler) apply(ctx context.Context, tx *ent.Tx, chatID, messageID uuid.
 	// the runtime's re-drive of parked messages) rolls back: listeners are
 	// never told about a change that is not in the database, and the row
 	// stays for a pusher that was not listening (pushed_at IS NULL).
-	push, err := tx.ChatPush.Create().
-		SetChatID(chatID).
-		SetRecipientUserIds(uuidarray.UUIDs(userIDs(s.Target))).
-		SetRevokedUserIds(uuidarray.UUIDs(userIDs(d.Remove))).
-		Save(ctx)
+	push, err := pushRow(tx, chatID, s, d).Save(ctx)
 	if err != nil {
 		return fmt.Errorf("write the chat_updates row of chat %s: %w", chatID, err)
 	}

@@ -13,7 +13,6 @@ import (
 	"github.com/pin-platform/consumers/ent"
 	"github.com/pin-platform/consumers/ent/chat"
 	"github.com/pin-platform/consumers/ent/chatparticipant"
-	"github.com/pin-platform/consumers/schema/uuidarray"
 )
 
 // batch is what prepare read for a batch — the chats of the batch's leads
@@ -179,11 +178,7 @@ func (b *batch) apply(chatID, messageID uuid.UUID, s snapshot, d diff, byUser ma
 		b.events = append(b.events, factRow(b.tx, chatID, messageID, s, f))
 	}
 	id := uuid.New()
-	b.pushes = append(b.pushes, b.tx.ChatPush.Create().
-		SetID(id).
-		SetChatID(chatID).
-		SetRecipientUserIds(uuidarray.UUIDs(userIDs(s.Target))).
-		SetRevokedUserIds(uuidarray.UUIDs(userIDs(d.Remove))))
+	b.pushes = append(b.pushes, pushRow(b.tx, chatID, s, d).SetID(id))
 	b.notify = append(b.notify, id.String())
 }
 
