@@ -26,12 +26,13 @@ type batch struct {
 	loaded  map[uuid.UUID]bool      // chats whose members were read
 	members map[uuid.UUID][]*ent.ChatParticipant
 
-	claims  map[uuid.UUID]*claim               // the chats the batch writes, by id
-	inserts map[uuid.UUID]*ent.ChatParticipant // new member rows, by id
-	updates map[uuid.UUID]*ent.ChatParticipant // changed member rows, by id
-	events  []*ent.ChatEventCreate
-	pushes  []*ent.ChatPushCreate
-	notify  []string // chat_updates ids, in order
+	claims     map[uuid.UUID]*claim               // the chats the batch writes, by id
+	inserts    map[uuid.UUID]*ent.ChatParticipant // new member rows, by id
+	updates    map[uuid.UUID]*ent.ChatParticipant // changed member rows, by id
+	events     []*ent.ChatEventCreate
+	pushes     []*ent.ChatPushCreate
+	lastPushAt time.Time // created_at of the last queued push
+	notify     []string  // chat_updates ids, in order
 }
 
 // claim is the batch's write of one chat: what a handler's chat update
@@ -178,7 +179,15 @@ func (b *batch) apply(chatID, messageID uuid.UUID, s snapshot, d diff, byUser ma
 		b.events = append(b.events, factRow(b.tx, chatID, messageID, s, f))
 	}
 	id := uuid.New()
-	b.pushes = append(b.pushes, pushRow(b.tx, chatID, s, d).SetID(id))
+	// created_at orders a chat's updates for the pusher: strictly
+	// increasing within the batch (the rows of one multi-row INSERT would
+	// otherwise share a microsecond), as they are between transactions.
+	at := time.Now().Truncate(time.Microsecond)
+	if !at.After(b.lastPushAt) {
+		at = b.lastPushAt.Add(time.Microsecond)
+	}
+	b.lastPushAt = at
+	b.pushes = append(b.pushes, pushRow(b.tx, chatID, s, d).SetID(id).SetCreatedAt(at))
 	b.notify = append(b.notify, id.String())
 }
 
