@@ -2,7 +2,6 @@ package consumer
 
 import (
 	"context"
-	"database/sql"
 	"errors"
 	"fmt"
 	"io"
@@ -58,7 +57,7 @@ func Main(ctx context.Context, environ []string, stderr io.Writer, defaultHTTP s
 	}
 	defer shutdownTracing()
 
-	db, err := sql.Open("postgres", cfg.DatabaseURL)
+	db, err := OpenDB(cfg.DatabaseURL)
 	if err != nil {
 		fmt.Fprintf(stderr, "configuration: DATABASE_URL: %v\n", err)
 		return ExitConfig

@@ -5,7 +5,6 @@ package consumertest
 
 import (
 	"context"
-	"database/sql"
 	"os"
 	"testing"
 	"time"
@@ -80,7 +79,7 @@ func Start(t testing.TB, brokers, dbURL string, build func(prometheus.Registerer
 	if o.HTTP {
 		cfg.HTTPAddr = "127.0.0.1:0"
 	}
-	db, err := sql.Open("postgres", dbURL)
+	db, err := consumer.OpenDB(dbURL)
 	if err != nil {
 		t.Fatalf("consumertest: %v", err)
 	}

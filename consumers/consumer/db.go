@@ -1,0 +1,127 @@
+package consumer
+
+import (
+	"context"
+	"database/sql"
+	"database/sql/driver"
+	"encoding/json"
+	"fmt"
+	"strings"
+
+	"github.com/lib/pq"
+)
+
+// OpenDB opens the consumers' PostgreSQL pool for dsn (DATABASE_URL).
+//
+// Unless dsn sets binary_parameters itself, lib/pq's binary_parameters is
+// turned on: a statement with arguments then costs one round trip to the
+// server (Parse, Bind, Describe, Execute, Sync sent together) instead of two
+// (Parse, Describe, Sync; then Bind, Execute, Sync). Every statement of a
+// batch waits for its answer, so on a busy machine this halves the waits of
+// a transaction.
+//
+// In that mode lib/pq sends []byte arguments in PostgreSQL's binary format,
+// which is right for bytea (parked_messages.key and value) but not for
+// jsonb, whose binary format starts with a version byte. ent passes every
+// JSON field (lead_events.payload, parked_messages.headers) as a
+// json.RawMessage, so the pool's connections send json.RawMessage as text,
+// which PostgreSQL parses as JSON whatever the column's type.
+func OpenDB(dsn string) (*sql.DB, error) {
+	cfg, err := pq.NewConfig(dsn)
+	if err != nil {
+		return nil, err
+	}
+	if !strings.Contains(dsn, "binary_parameters") {
+		cfg.BinaryParameters = true
+	}
+	c, err := pq.NewConnectorConfig(cfg)
+	if err != nil {
+		return nil, err
+	}
+	return sql.OpenDB(jsonAsText{c}), nil
+}
+
+// jsonAsText is a connector whose connections send json.RawMessage
+// arguments as text.
+type jsonAsText struct{ c driver.Connector }
+
+func (j jsonAsText) Connect(ctx context.Context) (driver.Conn, error) {
+	c, err := j.c.Connect(ctx)
+	if err != nil {
+		return nil, err
+	}
+	pc, ok := c.(pqConn)
+	if !ok { // a lib/pq without one of them: a build problem, not the server's
+		_ = c.Close()
+		return nil, fmt.Errorf("lib/pq connection %T lacks an interface the consumers rely on", c)
+	}
+	return &textJSONConn{Conn: c, pc: pc}, nil
+}
+
+func (j jsonAsText) Driver() driver.Driver { return j.c.Driver() }
+
+// textJSONConn is a lib/pq connection with its own CheckNamedValue. It
+// forwards every optional interface lib/pq implements; database/sql would
+// otherwise fall back to slower paths (prepared statements for every query).
+type textJSONConn struct {
+	driver.Conn
+	pc pqConn
+}
+
+// pqConn is what lib/pq's connection implements beyond driver.Conn.
+type pqConn interface {
+	driver.ConnBeginTx
+	driver.ConnPrepareContext
+	driver.QueryerContext
+	driver.ExecerContext
+	driver.NamedValueChecker
+	driver.SessionResetter
+	driver.Validator
+	driver.Pinger
+}
+
+func (c *textJSONConn) pq() pqConn { return c.pc }
+
+// CheckNamedValue sends json.RawMessage as text and leaves everything else
+// to lib/pq.
+func (c *textJSONConn) CheckNamedValue(nv *driver.NamedValue) error {
+	switch v := nv.Value.(type) {
+	case json.RawMessage:
+		if v == nil {
+			nv.Value = nil
+		} else {
+			nv.Value = string(v)
+		}
+		return nil
+	case *json.RawMessage:
+		if v == nil || *v == nil {
+			nv.Value = nil
+		} else {
+			nv.Value = string(*v)
+		}
+		return nil
+	}
+	return c.pq().CheckNamedValue(nv)
+}
+
+func (c *textJSONConn) BeginTx(ctx context.Context, opts driver.TxOptions) (driver.Tx, error) {
+	return c.pq().BeginTx(ctx, opts)
+}
+
+func (c *textJSONConn) PrepareContext(ctx context.Context, query string) (driver.Stmt, error) {
+	return c.pq().PrepareContext(ctx, query)
+}
+
+func (c *textJSONConn) QueryContext(ctx context.Context, query string, args []driver.NamedValue) (driver.Rows, error) {
+	return c.pq().QueryContext(ctx, query, args)
+}
+
+func (c *textJSONConn) ExecContext(ctx context.Context, query string, args []driver.NamedValue) (driver.Result, error) {
+	return c.pq().ExecContext(ctx, query, args)
+}
+
+func (c *textJSONConn) ResetSession(ctx context.Context) error { return c.pq().ResetSession(ctx) }
+
+func (c *textJSONConn) IsValid() bool { return c.pq().IsValid() }
+
+func (c *textJSONConn) Ping(ctx context.Context) error { return c.pq().Ping(ctx) }
