@@ -48,11 +48,11 @@ func Main(ctx context.Context, environ []string, stderr io.Writer, defaultHTTP s
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	svc := build(reg)
-	log = log.With().Str("service", svc.Name).Logger()
+	slog := log.With().Str("service", svc.Name).Logger() // New adds service to the runtime's own
 
 	shutdownTracing, err := setupTracing(ctx, environ, svc.Name)
 	if err != nil {
-		log.Error().Err(err).Msg("tracing setup failed")
+		slog.Error().Err(err).Msg("tracing setup failed")
 		return ExitConfig
 	}
 	defer shutdownTracing()
@@ -70,7 +70,7 @@ func Main(ctx context.Context, environ []string, stderr io.Writer, defaultHTTP s
 
 	rt, err := New(cfg, svc, client, db, Options{Logger: log, Registry: reg})
 	if err != nil {
-		log.Error().Err(err).Msg("setup failed")
+		slog.Error().Err(err).Msg("setup failed")
 		return ExitFailed
 	}
 	if err := rt.Run(ctx); err != nil {
@@ -79,7 +79,7 @@ func Main(ctx context.Context, environ []string, stderr io.Writer, defaultHTTP s
 			fmt.Fprintf(stderr, "configuration: %v\n", err)
 			return ExitConfig
 		}
-		log.Error().Err(err).Msg("consumer failed")
+		slog.Error().Err(err).Msg("consumer failed")
 		return ExitFailed
 	}
 	return ExitOK

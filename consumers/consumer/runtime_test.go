@@ -3,9 +3,11 @@ package consumer_test
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -622,5 +624,78 @@ func TestAHandlerReportedDuplicateIsMarked(t *testing.T) {
 	e.waitCommitted(1)
 	if n := e.count(`SELECT count(*) FROM processed_messages WHERE idempotency_key = $1 AND outcome = 'skipped-duplicate'`, "probe:"+id.String()); n != 1 {
 		t.Fatalf("marks with outcome skipped-duplicate = %d, want 1", n)
+	}
+}
+
+// syncBuffer is a bytes.Buffer for concurrent writers.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// Every log line of a consumer process is one JSON object naming its
+// service once (a key written twice is legal JSON that many log pipelines
+// reject or keep the wrong one of).
+func TestMainLogsEachFieldOnce(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	var stderr syncBuffer
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	environ := []string{"KAFKA_BOOTSTRAP_SERVERS=" + e.cluster.Bootstrap, "DATABASE_URL=" + e.url, "HTTP_ADDR=127.0.0.1:0"}
+	exit := make(chan int, 1)
+	go func() { exit <- consumer.Main(ctx, environ, &stderr, "127.0.0.1:0", probeService(long...)) }()
+	deadline := time.Now().Add(30 * time.Second)
+	for !strings.Contains(stderr.String(), `"partitions assigned"`) {
+		if time.Now().After(deadline) {
+			t.Fatalf("no assignment in 30 s; stderr:\n%s", stderr.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	cancel()
+	if code := <-exit; code != consumer.ExitOK {
+		t.Fatalf("exit %d; stderr:\n%s", code, stderr.String())
+	}
+	lines := strings.Split(strings.TrimSpace(stderr.String()), "\n")
+	if len(lines) < 3 {
+		t.Fatalf("want at least started, assigned, stopped; got %q", lines)
+	}
+	for _, l := range lines {
+		var m map[string]any
+		if err := json.Unmarshal([]byte(l), &m); err != nil {
+			t.Fatalf("not a JSON line: %q", l)
+		}
+		dec := json.NewDecoder(strings.NewReader(l))
+		seen := map[string]bool{}
+		if _, err := dec.Token(); err != nil { // {
+			t.Fatal(err)
+		}
+		for dec.More() {
+			k, _ := dec.Token()
+			key := k.(string)
+			if seen[key] {
+				t.Fatalf("key %q twice in %s", key, l)
+			}
+			seen[key] = true
+			var skip json.RawMessage
+			if err := dec.Decode(&skip); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if m["service"] != "probe" {
+			t.Fatalf("service %v in %s", m["service"], l)
+		}
 	}
 }
