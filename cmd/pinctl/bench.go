@@ -582,7 +582,9 @@ func (b *bench) startConsumer(service, logPath string) (*proc, time.Time, error)
 // party used meanwhile. It returns the high watermarks after the N events.
 func (b *bench) maxRun(ctx context.Context, p *proc, logPath string, w *offsetWatcher, f *feeder, next func() demo.Event, t0 time.Time, r *serviceResult) ([]int64, error) {
 	pid := p.cmd.Process.Pid
-	cpu0 := takeCPU(pid, b.postmaster)
+	// The CPU figures cover the time from the partitions' assignment (the
+	// group join before it is idle) to the last commit, like the rate.
+	cpu0, cpu0At, joined := takeCPU(pid, b.postmaster), time.Now(), false
 	s := startCommitSampler(w, 10*time.Millisecond)
 	bar := newProgress(b.out, b.tty, "consume", r.Events)
 	deadline := t0.Add(b.timeout)
@@ -604,6 +606,13 @@ func (b *bench) maxRun(ctx context.Context, p *proc, logPath string, w *offsetWa
 		if done {
 			end = high
 			break
+		}
+		if !joined { // until the line is found, or progress says LOG_LEVEL hides it
+			_, err := assignedAt(logPath)
+			if err == nil {
+				cpu0, cpu0At = takeCPU(pid, b.postmaster), time.Now()
+			}
+			joined = err == nil || got > 0
 		}
 		if produced < r.Events {
 			if minBacklog < 0 || backlog < minBacklog {
@@ -632,7 +641,7 @@ func (b *bench) maxRun(ctx context.Context, p *proc, logPath string, w *offsetWa
 		}
 	}
 	r.Consumer.MinBacklog = minBacklog
-	cpu1 := takeCPU(pid, b.postmaster)
+	cpu1, cpu1At := takeCPU(pid, b.postmaster), time.Now()
 	obs := s.close()
 	bar.done()
 	// The last offset's commit time: when the last partition was first
@@ -656,7 +665,7 @@ func (b *bench) maxRun(ctx context.Context, p *proc, logPath string, w *offsetWa
 	c.JoinSeconds = assigned.Sub(t0).Seconds()
 	c.AssignedEPS = float64(r.Events) / last.Sub(assigned).Seconds()
 	c.WallUsPer = 1e6 / c.AssignedEPS
-	c.CPU = cpuBetween(cpu0, cpu1, time.Since(t0).Seconds(), runtime.NumCPU())
+	c.CPU = cpuBetween(cpu0, cpu1, cpu1At.Sub(cpu0At).Seconds(), runtime.NumCPU())
 	c.CPUUsPer = (cpu1.consumer - cpu0.consumer) / float64(r.Events) * 1e6
 	c.PGUsPer = (cpu1.postgres - cpu0.postgres) / float64(r.Events) * 1e6
 	if rss, ok := peakRSS(pid); ok {
@@ -713,13 +722,14 @@ func (b *bench) pacedRun(ctx context.Context, w *offsetWatcher, next func() demo
 	count := max(1, int(rate*b.paced.Seconds()))
 	r.Paced.TargetEPS, r.Paced.Events = rate, count
 	s := startCommitSampler(w, 5*time.Millisecond)
-	start := time.Now()
 	recs, err := pacedProduce(ctx, b.brokers, next, count, rate)
 	if err != nil {
 		s.close()
 		return nil, nil, err
 	}
-	r.Paced.ActualEPS = float64(count) / time.Since(start).Seconds()
+	if span := recs[len(recs)-1].at.Sub(recs[0].at); span > 0 {
+		r.Paced.ActualEPS = float64(count-1) / span.Seconds()
+	}
 	want := map[int32]int64{}
 	for _, rc := range recs {
 		want[rc.partition] = max(want[rc.partition], rc.offset+1)
