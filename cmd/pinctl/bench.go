@@ -34,6 +34,10 @@ func init() {
 	register(command{name: "bench", summary: "throughput and latency of each consumer against its SQL and broker limits (make bench)", run: runBench})
 }
 
+// benchWarmupTopic takes one message of the paced producer before its
+// clock starts (no consumer reads it).
+const benchWarmupTopic = "pin.bench.warmup"
+
 // Databases of the benchmark's own PostgreSQL: the consumers write to one,
 // pgbench to the other, so that neither run sees the other's rows.
 const (
@@ -261,6 +265,9 @@ func (b *bench) run(ctx context.Context, topics []demo.Topic) error {
 				return fmt.Errorf("create topic %s: %w", name, err)
 			}
 		}
+	}
+	if err := mc.CreateTopic(benchWarmupTopic, 1, 1); err != nil {
+		return fmt.Errorf("create topic %s: %w", benchWarmupTopic, err)
 	}
 	b.brokers = mc.BootstrapServers()
 	b.say("▸ Kafka: in-process broker at %s", b.brokers)
@@ -792,7 +799,7 @@ func writePacedCSV(path string, recs []produced, obs [][]commitObs, dbAt map[msg
 		return nil
 	}
 	var b strings.Builder
-	b.WriteString("partition,offset,produced_ms,db_commit_ms,offset_commit_ms\n")
+	b.WriteString("partition,offset,produced_ms,acked_ms,db_commit_ms,offset_commit_ms\n")
 	t0 := recs[0].at
 	ms := func(t time.Time, ok bool) string {
 		if !ok {
@@ -807,7 +814,7 @@ func writePacedCSV(path string, recs []produced, obs [][]commitObs, dbAt map[msg
 		if int(rc.partition) < len(obs) {
 			off, okOff = commitTime(obs[rc.partition], rc.offset)
 		}
-		fmt.Fprintf(&b, "%d,%d,%s,%s,%s\n", rc.partition, rc.offset, ms(rc.at, true), ms(db, okDB), ms(off, okOff))
+		fmt.Fprintf(&b, "%d,%d,%s,%s,%s,%s\n", rc.partition, rc.offset, ms(rc.at, true), ms(rc.acked, rc.ok), ms(db, okDB), ms(off, okOff))
 	}
 	return os.WriteFile(path, []byte(b.String()), 0o644)
 }
