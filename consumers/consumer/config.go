@@ -28,6 +28,12 @@ type Config struct {
 	ParkedPoll   time.Duration // CONSUMER_PARKED_POLL: how often parked messages are looked for (default 1s, scaled)
 	DBMaxConns   int           // DATABASE_MAX_CONNS (default 16)
 	Pprof        bool          // CONSUMER_PPROF: serve net/http/pprof under /debug/pprof/ on HTTP_ADDR (default false)
+	// MaxTransactions (CONSUMER_MAX_TRANSACTIONS) caps the partition
+	// transactions that run at once (default 0: no cap, each assigned
+	// partition runs its own). A worker waits for a turn before it gathers
+	// its batch, so what arrives meanwhile joins it; it gives the turn up
+	// while it backs off.
+	MaxTransactions int
 }
 
 // ConfigError is a missing or invalid setting; the process exits 2.
@@ -116,6 +122,7 @@ func ConfigFromEnv(environ []string, defaultHTTP string) (Config, error) {
 	intVar("CONSUMER_BATCH_SIZE", &c.BatchSize)
 	intVar("CONSUMER_QUEUE_SIZE", &c.QueueSize)
 	intVar("DATABASE_MAX_CONNS", &c.DBMaxConns)
+	intVar("CONSUMER_MAX_TRANSACTIONS", &c.MaxTransactions)
 	durVar("CONSUMER_DRAIN_TIMEOUT", &c.DrainTimeout)
 	durVar("CONSUMER_STUCK_AFTER", &c.StuckAfter)
 	durVar("CONSUMER_PARKED_POLL", &c.ParkedPoll)

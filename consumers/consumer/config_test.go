@@ -45,6 +45,15 @@ func TestConfigFromEnv(t *testing.T) {
 			t.Fatalf("CONSUMER_PPROF=maybe: %v, want an error naming it", err)
 		}
 	})
+	t.Run("max transactions", func(t *testing.T) {
+		c, err := ConfigFromEnv(base, "")
+		if err != nil || c.MaxTransactions != 0 {
+			t.Fatalf("default %d, %v: want 0 (no cap)", c.MaxTransactions, err)
+		}
+		if c, err = ConfigFromEnv(append(base, "CONSUMER_MAX_TRANSACTIONS=2"), ""); err != nil || c.MaxTransactions != 2 {
+			t.Fatalf("CONSUMER_MAX_TRANSACTIONS=2: %d, %v", c.MaxTransactions, err)
+		}
+	})
 	t.Run("confluent-kafka-go's go.* properties are typed", func(t *testing.T) {
 		c, err := ConfigFromEnv(append(base, "KAFKA_GO_EVENTS_CHANNEL_SIZE=100", "KAFKA_GO_LOGS_CHANNEL_ENABLE=false", "KAFKA_SASL_USERNAME=12345"), "")
 		if err != nil {
@@ -79,6 +88,7 @@ func TestConfigFromEnv(t *testing.T) {
 		"scale text": {append(base, "RETRY_TIME_SCALE=x"), "RETRY_TIME_SCALE"},
 		"level":      {append(base, "LOG_LEVEL=chatty"), "LOG_LEVEL"},
 		"batch":      {append(base, "CONSUMER_BATCH_SIZE=0"), "CONSUMER_BATCH_SIZE"},
+		"max tx":     {append(base, "CONSUMER_MAX_TRANSACTIONS=0"), "CONSUMER_MAX_TRANSACTIONS"},
 	}
 	for name, c := range bad {
 		t.Run("invalid "+name, func(t *testing.T) {

@@ -52,6 +52,10 @@ type Runtime struct {
 	mu      sync.Mutex
 	workers map[int32]*worker
 
+	// turns holds a token per partition transaction running when
+	// CONSUMER_MAX_TRANSACTIONS caps them (nil: no cap).
+	turns chan struct{}
+
 	// commitReq asks the committer for a commit of the stored offsets.
 	commitReq chan struct{}
 
@@ -93,6 +97,9 @@ func New(cfg Config, svc Service, client *ent.Client, db *sql.DB, opts Options) 
 		reg:     opts.Registry,
 		prop:    opts.Propagator,
 		workers: map[int32]*worker{},
+	}
+	if cfg.MaxTransactions > 0 {
+		r.turns = make(chan struct{}, cfg.MaxTransactions)
 	}
 	if r.reg == nil {
 		r.reg = prometheus.NewRegistry()

@@ -31,6 +31,8 @@ type worker struct {
 	resumeFrom     kafka.Offset
 	lastDispatched kafka.Offset
 
+	hasTurn bool // holds one of r.turns (worker goroutine only)
+
 	paused       atomic.Bool // written by the poll goroutine
 	busy         atomic.Bool
 	abandoned    atomic.Bool  // drain budget spent: its late acks are ignored
@@ -172,6 +174,7 @@ func (r *Runtime) resumeDrained() {
 
 func (w *worker) run() {
 	defer close(w.done)
+	defer w.giveTurn()
 	batch := make([]*kafka.Message, 0, w.r.cfg.BatchSize)
 	for {
 		select { // a stop wins over queued messages
@@ -185,6 +188,11 @@ func (w *worker) run() {
 		case <-w.ctx.Done():
 			return
 		case m := <-w.in:
+			// With a cap on concurrent transactions, wait for a turn
+			// before the batch is gathered: what arrives meanwhile joins it.
+			if !w.takeTurn() {
+				return
+			}
 			batch = append(batch[:0], m)
 		fill:
 			for len(batch) < w.r.cfg.BatchSize {
@@ -200,6 +208,7 @@ func (w *worker) run() {
 			ok := w.handle(batch)
 			w.r.m.inFlight.Sub(float64(len(batch)))
 			w.busy.Store(false)
+			w.giveTurn()
 			if !ok {
 				return // abandoned: stopping
 			}
@@ -232,15 +241,41 @@ func (w *worker) ack(offset kafka.Offset) {
 // sleep waits d, or less when the worker is stopping; it reports whether
 // the worker should go on.
 func (w *worker) sleep(d time.Duration) bool {
+	held := w.hasTurn
+	w.giveTurn()
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
 	case <-t.C:
+	case <-w.quit:
+		return false
+	case <-w.ctx.Done():
+		return false
+	}
+	return !held || w.takeTurn()
+}
+
+// takeTurn waits for one of the CONSUMER_MAX_TRANSACTIONS turns (at once
+// without a cap); it reports false when the worker is stopping instead.
+func (w *worker) takeTurn() bool {
+	if w.r.turns == nil || w.hasTurn {
+		return true
+	}
+	select {
+	case w.r.turns <- struct{}{}:
+		w.hasTurn = true
 		return true
 	case <-w.quit:
 		return false
 	case <-w.ctx.Done():
 		return false
+	}
+}
+
+func (w *worker) giveTurn() {
+	if w.hasTurn {
+		<-w.r.turns
+		w.hasTurn = false
 	}
 }
 

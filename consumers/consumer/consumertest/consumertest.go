@@ -23,13 +23,14 @@ import (
 
 // Options tune Start. Zero values give a fast test configuration.
 type Options struct {
-	RetryTimeScale float64 // default 0.001: 1 s of backoff becomes 1 ms
-	BatchSize      int     // default 64
-	QueueSize      int
-	Kafka          kafka.ConfigMap // extra librdkafka properties
-	TracerProvider trace.TracerProvider
-	HTTP           bool // serve /metrics, /healthz, /readyz on 127.0.0.1:0
-	Logger         *zerolog.Logger
+	RetryTimeScale  float64 // default 0.001: 1 s of backoff becomes 1 ms
+	BatchSize       int     // default 64
+	QueueSize       int
+	Kafka           kafka.ConfigMap // extra librdkafka properties
+	TracerProvider  trace.TracerProvider
+	HTTP            bool // serve /metrics, /healthz, /readyz on 127.0.0.1:0
+	Logger          *zerolog.Logger
+	MaxTransactions int // CONSUMER_MAX_TRANSACTIONS; 0: no cap
 }
 
 // Running is a runtime running in the background of a test.
@@ -64,17 +65,18 @@ func Start(t testing.TB, brokers, dbURL string, build func(prometheus.Registerer
 		km[k] = v
 	}
 	cfg := consumer.Config{
-		Brokers:        brokers,
-		DatabaseURL:    dbURL,
-		LogLevel:       zerolog.DebugLevel,
-		RetryTimeScale: o.RetryTimeScale,
-		Kafka:          km,
-		BatchSize:      o.BatchSize,
-		QueueSize:      o.QueueSize,
-		DrainTimeout:   5 * time.Second,
-		StuckAfter:     time.Minute,
-		ParkedPoll:     time.Second,
-		DBMaxConns:     8,
+		Brokers:         brokers,
+		DatabaseURL:     dbURL,
+		LogLevel:        zerolog.DebugLevel,
+		RetryTimeScale:  o.RetryTimeScale,
+		Kafka:           km,
+		BatchSize:       o.BatchSize,
+		QueueSize:       o.QueueSize,
+		DrainTimeout:    5 * time.Second,
+		StuckAfter:      time.Minute,
+		ParkedPoll:      time.Second,
+		DBMaxConns:      8,
+		MaxTransactions: o.MaxTransactions,
 	}
 	if o.HTTP {
 		cfg.HTTPAddr = "127.0.0.1:0"

@@ -1,0 +1,100 @@
+package consumer_test
+
+import (
+	"context"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/pin-platform/consumers/consumers/consumer"
+	"github.com/pin-platform/consumers/consumers/consumer/consumertest"
+	"github.com/pin-platform/consumers/consumers/kafkatest"
+	"github.com/pin-platform/consumers/ent"
+)
+
+// overlap wraps the probe's handler to record how many transactions ran at
+// once: handlers of one transaction run one after the other on its
+// worker, so concurrent handlers are concurrent transactions.
+type overlap struct{ now, peak atomic.Int64 }
+
+func (o *overlap) build(base func(prometheus.Registerer) consumer.Service) func(prometheus.Registerer) consumer.Service {
+	return func(reg prometheus.Registerer) consumer.Service {
+		s := base(reg)
+		h := s.Routes[0].Handle
+		s.Routes[0].Handle = func(ctx context.Context, tx *ent.Tx, m *consumer.Message) (consumer.Outcome, error) {
+			n := o.now.Add(1)
+			defer o.now.Add(-1)
+			for p := o.peak.Load(); n > p && !o.peak.CompareAndSwap(p, n); p = o.peak.Load() {
+			}
+			time.Sleep(3 * time.Millisecond)
+			return h(ctx, tx, m)
+		}
+		return s
+	}
+}
+
+// CONSUMER_MAX_TRANSACTIONS caps the partition transactions that run at
+// once; without it every partition runs its own.
+func TestMaxTransactionsCapsConcurrentTransactions(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		cap      int
+		wantPeak func(int64) bool
+		want     string
+	}{
+		{1, func(p int64) bool { return p == 1 }, "exactly 1"},
+		{0, func(p int64) bool { return p >= 2 }, "at least 2 (the partitions overlap without a cap)"},
+	} {
+		e := newEnv(t)
+		l := e.lead()
+		for i := 0; i < 60; i++ {
+			_, v := envelope(l, "")
+			e.produce(int32(i%3), v)
+		}
+		var o overlap
+		r := consumertest.Start(t, e.cluster.Bootstrap, e.url, o.build(probeService(long...)),
+			consumertest.Options{BatchSize: 4, MaxTransactions: tc.cap})
+		e.waitCommitted(60)
+		r.Stop()
+		if n := e.events(l); n != 60 {
+			t.Fatalf("cap %d: %d feed entries, want 60", tc.cap, n)
+		}
+		if p := o.peak.Load(); !tc.wantPeak(p) {
+			t.Fatalf("cap %d: %d transactions at once, want %s", tc.cap, p, tc.want)
+		}
+	}
+}
+
+// A worker that backs off in place (a blocking service's RetryLater, an
+// outage) gives its turn up while it waits: with one turn, the other
+// partitions still go on.
+func TestAWorkerBackingOffGivesItsTurnUp(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	blocking := func(reg prometheus.Registerer) consumer.Service {
+		s := probeService(1000 * time.Hour)(reg) // × RETRY_TIME_SCALE 0.001: an hour
+		s.Blocking = true
+		return s
+	}
+	_, missing := envelope(e.lead(), "")
+	if _, err := e.db.Exec(`DELETE FROM leads`); err != nil { // its lead is gone: RetryLater, waited out in place
+		t.Fatal(err)
+	}
+	e.produce(0, missing)
+	l := e.lead()
+	for i := 0; i < 5; i++ {
+		_, v := envelope(l, "")
+		e.produce(1, v)
+		_, v = envelope(l, "")
+		e.produce(2, v)
+	}
+	r := consumertest.Start(t, e.cluster.Bootstrap, e.url, blocking, consumertest.Options{MaxTransactions: 1})
+	kafkatest.Eventually(t, 30*time.Second, func() bool { return e.events(l) == 10 },
+		"the other partitions' 10 events applied while partition 0 backs off (have %d)", e.events(l))
+	if got := e.cluster.Committed(t, probeGroup, probeTopic)[0]; got > 0 {
+		t.Fatalf("partition 0 committed offset %d: its message should still be waiting", got)
+	}
+	r.Stop()
+}
