@@ -57,7 +57,9 @@ func TestMaxTransactionsCapsConcurrentTransactions(t *testing.T) {
 		r := consumertest.Start(t, e.cluster.Bootstrap, e.url, o.build(probeService(long...)),
 			consumertest.Options{BatchSize: 4, MaxTransactions: tc.cap})
 		e.waitCommitted(60)
-		r.Stop()
+		if err := r.Stop(); err != nil {
+			t.Fatalf("cap %d: stop: %v", tc.cap, err)
+		}
 		if n := e.events(l); n != 60 {
 			t.Fatalf("cap %d: %d feed entries, want 60", tc.cap, n)
 		}
@@ -96,5 +98,7 @@ func TestAWorkerBackingOffGivesItsTurnUp(t *testing.T) {
 	if got := e.cluster.Committed(t, probeGroup, probeTopic)[0]; got > 0 {
 		t.Fatalf("partition 0 committed offset %d: its message should still be waiting", got)
 	}
-	r.Stop()
+	if err := r.Stop(); err != nil { // the waiting worker is interrupted, not waited for
+		t.Fatalf("stop: %v", err)
+	}
 }
