@@ -7,7 +7,6 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -627,31 +626,13 @@ func TestAHandlerReportedDuplicateIsMarked(t *testing.T) {
 	}
 }
 
-// syncBuffer is a bytes.Buffer for concurrent writers.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // Every log line of a consumer process is one JSON object naming its
 // service once (a key written twice is legal JSON that many log pipelines
 // reject or keep the wrong one of).
 func TestMainLogsEachFieldOnce(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	var stderr syncBuffer
+	var stderr consumertest.LogBuffer
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	environ := []string{"KAFKA_BOOTSTRAP_SERVERS=" + e.cluster.Bootstrap, "DATABASE_URL=" + e.url, "HTTP_ADDR=127.0.0.1:0"}

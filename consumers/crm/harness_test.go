@@ -1,7 +1,6 @@
 package crm
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"database/sql"
@@ -352,42 +351,22 @@ func (r *recorder) all() []LeadEventAdded {
 }
 
 // logSink keeps the consumer's JSON log lines.
-type logSink struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (s *logSink) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.buf.Write(p)
-}
+type logSink struct{ consumertest.LogBuffer }
 
 // lines returns the log lines whose message is msg and whose fields include
 // every one of match.
 func (s *logSink) lines(msg string, match map[string]string) []map[string]any {
-	s.mu.Lock()
-	data := append([]byte(nil), s.buf.Bytes()...)
-	s.mu.Unlock()
-	var out []map[string]any
-	sc := bufio.NewScanner(bytes.NewReader(data))
-	sc.Buffer(make([]byte, 1<<20), 1<<24)
-	for sc.Scan() {
-		var l map[string]any
-		if json.Unmarshal(sc.Bytes(), &l) != nil || l["message"] != msg {
-			continue
+	return s.Lines(func(l map[string]any) bool {
+		if l["message"] != msg {
+			return false
 		}
-		ok := true
 		for k, v := range match {
 			if s, _ := l[k].(string); s != v {
-				ok = false
+				return false
 			}
 		}
-		if ok {
-			out = append(out, l)
-		}
-	}
-	return out
+		return true
+	})
 }
 
 // micro truncates t to PostgreSQL's timestamp precision.

@@ -11,7 +11,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -433,44 +432,22 @@ func (e *env) metric(name string, labels map[string]string) float64 {
 }
 
 // logBuffer collects the consumer's JSON log lines.
-type logBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *logBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
+type logBuffer struct{ consumertest.LogBuffer }
 
 // find returns the log lines with message msg (a prefix) whose fields
 // include every field of want.
 func (b *logBuffer) find(msg string, want map[string]any) []map[string]any {
-	b.mu.Lock()
-	data := slices.Clone(b.buf.Bytes())
-	b.mu.Unlock()
-	var out []map[string]any
-	for _, line := range bytes.Split(data, []byte("\n")) {
-		var m map[string]any
-		if json.Unmarshal(line, &m) != nil {
-			continue
-		}
+	return b.Lines(func(m map[string]any) bool {
 		if s, _ := m["message"].(string); !strings.HasPrefix(s, msg) {
-			continue
+			return false
 		}
-		ok := true
 		for k, v := range want {
 			if m[k] != v {
-				ok = false
-				break
+				return false
 			}
 		}
-		if ok {
-			out = append(out, m)
-		}
-	}
-	return out
+		return true
+	})
 }
 
 // applyDirect runs the handler on x in its own transaction, as the runtime

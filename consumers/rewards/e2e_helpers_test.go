@@ -8,7 +8,6 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -36,7 +35,7 @@ type env struct {
 	client *ent.Client
 	db     *sql.DB
 	run    *consumertest.Running
-	logs   *syncBuffer
+	logs   *consumertest.LogBuffer
 	// produced is every message produced so far, by partition: the
 	// offset the group must commit is the highest one + 1.
 	produced map[int32]int64
@@ -47,7 +46,7 @@ func newEnv(t *testing.T) *env {
 	t.Parallel()
 	kc := kafkatest.NewCluster(t, map[string]int{Topic: 6, DLQTopic: 6})
 	client, db, url := pgtest.NewClient(t)
-	return &env{t: t, kc: kc, dbURL: url, client: client, db: db, logs: &syncBuffer{}, produced: map[int32]int64{}}
+	return &env{t: t, kc: kc, dbURL: url, client: client, db: db, logs: &consumertest.LogBuffer{}, produced: map[int32]int64{}}
 }
 
 // start runs the rewards consumer (group pin-rewards-referral-bonds).
@@ -408,24 +407,6 @@ func (e *env) checkNoSecrets() {
 	if strings.Contains(e.logs.String(), "4111-1111") || strings.Contains(e.logs.String(), "RevokeReason") {
 		e.t.Error("a log line carries the RevokeReason")
 	}
-}
-
-// syncBuffer collects log output from the runtime's goroutines.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }
 
 // testWriter sends the console log to t.Log, shown for failed tests and
