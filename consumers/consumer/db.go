@@ -6,6 +6,8 @@ import (
 	"database/sql/driver"
 	"encoding/json"
 	"fmt"
+	"net/url"
+	"regexp"
 	"strings"
 
 	"github.com/lib/pq"
@@ -13,8 +15,8 @@ import (
 
 // OpenDB opens the consumers' PostgreSQL pool for dsn (DATABASE_URL).
 //
-// Unless dsn sets binary_parameters itself, lib/pq's binary_parameters is
-// turned on: a statement with arguments then costs one round trip to the
+// Unless dsn sets binary_parameters itself (a pg_service.conf entry does
+// not count), lib/pq's binary_parameters is turned on: a statement with arguments then costs one round trip to the
 // server (Parse, Bind, Describe, Execute, Sync sent together) instead of two
 // (Parse, Describe, Sync; then Bind, Execute, Sync). Every statement of a
 // batch waits for its answer, so on a busy machine this halves the waits of
@@ -31,7 +33,7 @@ func OpenDB(dsn string) (*sql.DB, error) {
 	if err != nil {
 		return nil, err
 	}
-	if !strings.Contains(dsn, "binary_parameters") {
+	if !setsBinaryParameters(dsn) {
 		cfg.BinaryParameters = true
 	}
 	c, err := pq.NewConnectorConfig(cfg)
@@ -40,6 +42,18 @@ func OpenDB(dsn string) (*sql.DB, error) {
 	}
 	return sql.OpenDB(jsonAsText{c}), nil
 }
+
+// setsBinaryParameters reports whether dsn, a URL or a key=value string,
+// has a binary_parameters key (not merely the text, say in a password).
+func setsBinaryParameters(dsn string) bool {
+	if strings.HasPrefix(dsn, "postgres://") || strings.HasPrefix(dsn, "postgresql://") {
+		u, err := url.Parse(dsn)
+		return err == nil && u.Query().Has("binary_parameters")
+	}
+	return kvBinaryParameters.MatchString(dsn)
+}
+
+var kvBinaryParameters = regexp.MustCompile(`(^|\s)binary_parameters\s*=`)
 
 // jsonAsText is a connector whose connections send json.RawMessage
 // arguments as text.

@@ -35,6 +35,9 @@ func (w *worker) park(it *item, code Code, cause error, step int, delay time.Dur
 	infra := newInfraBackoff()
 	next := time.Now().Add(delay)
 	for {
+		if !w.takeTurn(nil) {
+			return false
+		}
 		err := r.parkRow(w.ctx, it, code, cause, step, next)
 		if err == nil {
 			break

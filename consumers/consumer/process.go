@@ -181,6 +181,9 @@ func (w *worker) processBatch(items []*item) (ok bool, failed int, err error) {
 	for _, it := range items {
 		span.AddLink(trace.LinkFromContext(it.ctx))
 	}
+	if !w.takeTurn(nil) { // given up for a dead letter earlier in the batch
+		return false, -1, nil
+	}
 	tx, err := r.client.Tx(ctx)
 	if err != nil {
 		return false, -1, nil
@@ -333,6 +336,9 @@ func (w *worker) attempt(it *item) (Outcome, error) {
 	r := w.r
 	ctx, span := r.tracer.Start(trace.ContextWithSpan(w.ctx, it.span), "db.transaction")
 	defer span.End()
+	if !w.takeTurn(nil) { // given up for a dead letter or a backoff
+		return "", w.ctx.Err()
+	}
 	tx, err := r.client.Tx(ctx)
 	if err != nil {
 		return "", err
@@ -574,6 +580,10 @@ func (r *Runtime) runHook(it *item, fn func()) {
 func (w *worker) deadLetter(it *item, code Code, cause error, attempts int) bool {
 	r := w.r
 	infra := newInfraBackoff()
+	// Publishing needs no transaction: the turn goes to the other
+	// partitions while the broker is awaited (minutes, in a Kafka outage).
+	// The next transaction of this worker takes one again.
+	w.giveTurn()
 	for {
 		err := r.dlq.send(w.ctx, it.km, code, cause.Error(), attempts)
 		if err == nil {

@@ -31,7 +31,10 @@ type worker struct {
 	resumeFrom     kafka.Offset
 	lastDispatched kafka.Offset
 
-	hasTurn bool // holds one of r.turns (worker goroutine only)
+	// hasTurn: the worker holds one of r.turns. Set by the worker; cleared
+	// by whoever gives the turn back first (the worker, or stopWorkers for
+	// a worker it leaves behind).
+	hasTurn atomic.Bool
 
 	paused       atomic.Bool // written by the poll goroutine
 	busy         atomic.Bool
@@ -104,6 +107,9 @@ func (r *Runtime) stopWorkers(ps []int32) {
 			case <-w.done:
 			case <-grace:
 				r.log.Error().Int32("partition", w.tp.Partition).Msg("worker does not stop: left behind")
+				for _, w := range ws { // they may be blocked in a read: their turns go to the others
+					w.giveTurn()
+				}
 				return
 			}
 		}
@@ -190,7 +196,11 @@ func (w *worker) run() {
 		case m := <-w.in:
 			// With a cap on concurrent transactions, wait for a turn
 			// before the batch is gathered: what arrives meanwhile joins it.
-			if !w.takeTurn() {
+			// A stop ends the wait. Busy from here: a worker starved of
+			// turns has work, and /readyz should say so.
+			w.busy.Store(true)
+			if !w.takeTurn(w.quit) {
+				w.busy.Store(false)
 				return
 			}
 			batch = append(batch[:0], m)
@@ -203,7 +213,6 @@ func (w *worker) run() {
 					break fill
 				}
 			}
-			w.busy.Store(true)
 			w.r.m.inFlight.Add(float64(len(batch)))
 			ok := w.handle(batch)
 			w.r.m.inFlight.Sub(float64(len(batch)))
@@ -239,43 +248,51 @@ func (w *worker) ack(offset kafka.Offset) {
 }
 
 // sleep waits d, or less when the worker is stopping; it reports whether
-// the worker should go on.
+// the worker should go on. A worker does not keep its transaction turn
+// while it backs off: its next transaction takes one again (every place
+// that opens one, processBatch, attempt and park, calls takeTurn first).
 func (w *worker) sleep(d time.Duration) bool {
-	held := w.hasTurn
 	w.giveTurn()
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
 	case <-t.C:
+		return true
 	case <-w.quit:
 		return false
 	case <-w.ctx.Done():
 		return false
 	}
-	return !held || w.takeTurn()
 }
 
 // takeTurn waits for one of the CONSUMER_MAX_TRANSACTIONS turns (at once
-// without a cap); it reports false when the worker is stopping instead.
-func (w *worker) takeTurn() bool {
-	if w.r.turns == nil || w.hasTurn {
+// without a cap, or when the worker holds one already). It gives up when
+// the drain budget is spent (w.ctx) or stop is closed: the run loop passes
+// w.quit, as a stop wins over a batch not yet started; in the middle of a
+// batch nil, as in-flight work goes on until the budget is spent. It
+// reports whether the worker holds a turn.
+func (w *worker) takeTurn(stop <-chan struct{}) bool {
+	if w.r.turns == nil || w.hasTurn.Load() {
 		return true
+	}
+	if w.ctx.Err() != nil {
+		return false
 	}
 	select {
 	case w.r.turns <- struct{}{}:
-		w.hasTurn = true
+		w.hasTurn.Store(true)
 		return true
-	case <-w.quit:
+	case <-stop:
 		return false
 	case <-w.ctx.Done():
 		return false
 	}
 }
 
+// giveTurn gives the worker's turn back, if it holds one.
 func (w *worker) giveTurn() {
-	if w.hasTurn {
+	if w.hasTurn.CompareAndSwap(true, false) {
 		<-w.r.turns
-		w.hasTurn = false
 	}
 }
 
