@@ -24,6 +24,15 @@ func CaseByKey[K any](b *sql.Builder, column string, keys []K, cast string, valu
 	b.WriteString(" END")
 }
 
+// CaseOf is CaseByKey over a batch's rows: for each id of ids, the value
+// value(rows[id]). It is a sql.Querier, what an UPDATE's Set takes; inside
+// a larger expression, sb.Join writes it with its arguments numbered on.
+func CaseOf[V any](column string, ids []uuid.UUID, rows map[uuid.UUID]V, cast string, value func(V) any) sql.Querier {
+	return sql.ExprFunc(func(b *sql.Builder) {
+		CaseByKey(b, column, ids, cast, func(id uuid.UUID) any { return value(rows[id]) })
+	})
+}
+
 // SortedIDs returns the keys of m in byte order: the order in which a batch
 // locks and writes its rows, the same in every batch, so that two batches
 // touching the same rows wait for each other instead of deadlocking.

@@ -29,3 +29,24 @@ func TestCaseByKeyAndSortedIDs(t *testing.T) {
 		t.Fatalf("args %v", args)
 	}
 }
+
+// CaseOf, joined inside a larger expression after an argument of its own,
+// numbers its arguments on from it.
+func TestCaseOfNumbersItsArgumentsInsideAnExpression(t *testing.T) {
+	a, b := uuid.MustParse("00000000-0000-4000-8000-000000000001"), uuid.MustParse("00000000-0000-4000-8000-000000000002")
+	rows := map[uuid.UUID]struct{ n int64 }{a: {1}, b: {2}}
+	ids := SortedIDs(rows)
+	q, args := sql.Dialect(dialect.Postgres).Update("t").
+		Set("v", sql.ExprFunc(func(x *sql.Builder) {
+			x.Ident("v").WriteString(" + ").Arg(int64(10)).WriteString(" + ").
+				Join(CaseOf("id", ids, rows, "bigint", func(r struct{ n int64 }) any { return r.n }))
+		})).
+		Where(sql.EQ("w", "x")).Query()
+	want := `UPDATE "t" SET "v" = "v" + $1 + CASE "id" WHEN $2 THEN $3::bigint WHEN $4 THEN $5::bigint END WHERE "w" = $6`
+	if q != want {
+		t.Fatalf("query\n%s\nwant\n%s", q, want)
+	}
+	if len(args) != 6 || args[0] != int64(10) || args[1] != a || args[2] != int64(1) || args[3] != b || args[4] != int64(2) || args[5] != "x" {
+		t.Fatalf("args %v", args)
+	}
+}

@@ -181,29 +181,24 @@ func (b *batch) flush(ctx context.Context) error {
 	}
 	ids := consumer.SortedIDs(b.bumps)
 	// CASE id WHEN … THEN … END: one value per lead, in one statement.
-	byLead := func(cast string, v func(*bump) any) func(*sql.Builder) {
-		return func(sb *sql.Builder) {
-			consumer.CaseByKey(sb, lead.FieldID, ids, cast, func(id uuid.UUID) any { return v(b.bumps[id]) })
-		}
+	byLead := func(cast string, v func(*bump) any) sql.Querier {
+		return consumer.CaseOf(lead.FieldID, ids, b.bumps, cast, v)
 	}
 	n, err := tx.Lead.Update().
 		Where(lead.IDIn(ids...), lead.Status(StatusActive), func(s *sql.Selector) {
 			s.Where(sql.P(func(sb *sql.Builder) {
-				sb.Ident(lead.FieldRowVersion).WriteString(" = ")
-				byLead("bigint", func(bp *bump) any { return bp.version })(sb)
+				sb.Ident(lead.FieldRowVersion).WriteString(" = ").Join(byLead("bigint", func(bp *bump) any { return bp.version }))
 			}))
 		}).
 		SetUpdatedAt(b.now).
 		Modify(func(u *sql.UpdateBuilder) {
 			u.Set(lead.FieldRowVersion, sql.ExprFunc(func(sb *sql.Builder) {
-				sb.Ident(lead.FieldRowVersion).WriteString(" + ")
-				byLead("bigint", func(bp *bump) any { return bp.n })(sb)
+				sb.Ident(lead.FieldRowVersion).WriteString(" + ").Join(byLead("bigint", func(bp *bump) any { return bp.n }))
 			}))
 			u.Set(lead.FieldLastEventAt, sql.ExprFunc(func(sb *sql.Builder) {
 				// GREATEST ignores NULL: a first event sets it.
-				sb.WriteString("GREATEST(").Ident(lead.FieldLastEventAt).Comma()
-				byLead("timestamptz", func(bp *bump) any { return bp.newest })(sb)
-				sb.WriteByte(')')
+				sb.WriteString("GREATEST(").Ident(lead.FieldLastEventAt).Comma().
+					Join(byLead("timestamptz", func(bp *bump) any { return bp.newest })).WriteByte(')')
 			}))
 		}).
 		Save(ctx)

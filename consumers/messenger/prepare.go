@@ -204,9 +204,7 @@ func (b *batch) flush(ctx context.Context) error {
 	if len(b.updates) > 0 {
 		ids := consumer.SortedIDs(b.updates)
 		caseOf := func(cast string, v func(*ent.ChatParticipant) any) sql.Querier {
-			return sql.ExprFunc(func(sb *sql.Builder) {
-				consumer.CaseByKey(sb, chatparticipant.FieldID, ids, cast, func(id uuid.UUID) any { return v(b.updates[id]) })
-			})
+			return consumer.CaseOf(chatparticipant.FieldID, ids, b.updates, cast, v)
 		}
 		n, err := b.tx.ChatParticipant.Update().
 			Where(chatparticipant.IDIn(ids...)).
@@ -294,18 +292,15 @@ func (b *batch) claimChats(ctx context.Context) error {
 			return consumer.FailMessage(cl.first, CodeConcurrentUpdate.Errorf("chat %s moved past row_version %d since it was read", id, cl.read))
 		}
 	}
-	caseOf := func(sb *sql.Builder, v func(*claim) int64) {
-		consumer.CaseByKey(sb, chat.FieldID, ids, "bigint", func(id uuid.UUID) any { return v(b.claims[id]) })
+	caseOf := func(v func(*claim) any) sql.Querier {
+		return consumer.CaseOf(chat.FieldID, ids, b.claims, "bigint", v)
 	}
 	n, err := b.tx.Chat.Update().
 		Where(chat.IDIn(ids...)).
 		Modify(func(u *sql.UpdateBuilder) {
-			u.Set(chat.FieldLeadMemberVersion, sql.ExprFunc(func(sb *sql.Builder) {
-				caseOf(sb, func(cl *claim) int64 { return cl.version })
-			}))
+			u.Set(chat.FieldLeadMemberVersion, caseOf(func(cl *claim) any { return cl.version }))
 			u.Set(chat.FieldRowVersion, sql.ExprFunc(func(sb *sql.Builder) {
-				sb.Ident(chat.FieldRowVersion).WriteString(" + ")
-				caseOf(sb, func(cl *claim) int64 { return cl.n })
+				sb.Ident(chat.FieldRowVersion).WriteString(" + ").Join(caseOf(func(cl *claim) any { return cl.n }))
 			}))
 		}).
 		Save(ctx)

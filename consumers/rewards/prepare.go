@@ -135,9 +135,7 @@ func (rs *rows) flush(ctx context.Context) error {
 	if len(rs.updates) > 0 {
 		ids := consumer.SortedIDs(rs.updates)
 		caseOf := func(cast string, v func(*ent.ReferralBondReplica) any) sql.Querier {
-			return sql.ExprFunc(func(b *sql.Builder) {
-				consumer.CaseByKey(b, referralbondreplica.FieldID, ids, cast, func(id uuid.UUID) any { return v(rs.byID[id]) })
-			})
+			return consumer.CaseOf(referralbondreplica.FieldID, ids, rs.byID, cast, v)
 		}
 		n, err := rs.tx.ReferralBondReplica.Update().
 			Where(referralbondreplica.IDIn(ids...)).
