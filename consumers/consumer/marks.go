@@ -9,14 +9,25 @@ import (
 	"github.com/pin-platform/consumers/ent"
 )
 
-// The idempotency mark is written first, before the handler runs, and its
-// outcome set after: `INSERT … ON CONFLICT DO NOTHING RETURNING` claims the
-// message inside the transaction. A second processor of the same message (a
-// redelivery racing the parked-message re-driver, a member that lost its
-// assignment) blocks on the uncommitted key until the first one ends, then
-// sees the mark and skips the message without running its handler — or
-// proceeds, if the first one rolled back. Both statements are set-based:
-// two per batch, whatever its size.
+// The idempotency mark and the message's effect share a transaction; the
+// mark's unique key is what makes a second processing of the same message
+// a no-op. Two paths write it:
+//
+//   - A message on its own (a re-run, a replay, the parked-message
+//     re-driver) claims its mark first: `INSERT … ON CONFLICT DO NOTHING
+//     RETURNING` with the pending outcome, then its handler runs, then the
+//     outcome is set. A second processor of the same message blocks on the
+//     uncommitted key until the first one ends, then sees the mark and
+//     skips the message without running its handler — or proceeds, if the
+//     first one rolled back.
+//   - A batch inserts its marks last, with their outcomes, in one
+//     statement: a mark that exists by then (a redelivery of a message
+//     already processed, or one a concurrent processor committed while the
+//     batch ran) is left out of the statement's RETURNING, and the batch is
+//     rolled back and run again without that message, which is
+//     acknowledged as a duplicate. Its handler ran, but inside a
+//     transaction that never committed. One statement per batch instead of
+//     two.
 
 // pendingOutcome is the outcome of a claimed mark until its handler
 // returned; it is never visible after a commit.
@@ -29,52 +40,55 @@ type mark struct {
 	outcome   Outcome
 }
 
-// claimMarks inserts the marks and returns the keys that were new: the
-// others belong to messages already processed.
-func claimMarks(ctx context.Context, tx *ent.Tx, group, topic string, marks []mark) (map[string]bool, error) {
+// insertMarks inserts the marks (in key order, so that two transactions
+// inserting overlapping sets wait for each other instead of deadlocking)
+// and returns the keys that were new: the others belong to messages
+// already processed, or being processed by a transaction that committed
+// while this statement waited for it.
+func insertMarks(ctx context.Context, tx *ent.Tx, group, topic string, marks []mark) (map[string]bool, error) {
 	keys := make([]string, len(marks))
 	parts := make([]int64, len(marks))
 	offs := make([]int64, len(marks))
+	outs := make([]string, len(marks))
 	for i, m := range marks {
-		keys[i], parts[i], offs[i] = m.key, int64(m.partition), m.offset
+		keys[i], parts[i], offs[i], outs[i] = m.key, int64(m.partition), m.offset, string(m.outcome)
 	}
 	rows, err := tx.QueryContext(ctx, `
 INSERT INTO processed_messages (idempotency_key, consumer_group, topic, "partition", "offset", outcome)
-SELECT k, $2, $3, p, o, $6 FROM unnest($1::text[], $4::int[], $5::bigint[]) AS u(k, p, o)
+SELECT k, $2, $3, p, o, oc FROM unnest($1::text[], $4::int[], $5::bigint[], $6::text[]) AS u(k, p, o, oc)
+ORDER BY k
 ON CONFLICT (idempotency_key) DO NOTHING
 RETURNING idempotency_key`,
-		pq.Array(keys), group, topic, pq.Array(parts), pq.Array(offs), pendingOutcome)
+		pq.Array(keys), group, topic, pq.Array(parts), pq.Array(offs), pq.Array(outs))
 	if err != nil {
-		return nil, fmt.Errorf("claim idempotency marks: %w", err)
+		return nil, fmt.Errorf("insert idempotency marks: %w", err)
 	}
 	defer rows.Close()
-	claimed := make(map[string]bool, len(marks))
+	inserted := make(map[string]bool, len(marks))
 	for rows.Next() {
 		var k string
 		if err := rows.Scan(&k); err != nil {
 			return nil, err
 		}
-		claimed[k] = true
+		inserted[k] = true
 	}
-	return claimed, rows.Err()
+	return inserted, rows.Err()
 }
 
-// settleMarks sets the outcome of claimed marks.
-func settleMarks(ctx context.Context, tx *ent.Tx, marks []mark) error {
-	if len(marks) == 0 {
-		return nil
-	}
-	keys := make([]string, len(marks))
-	outs := make([]string, len(marks))
-	for i, m := range marks {
-		keys[i], outs[i] = m.key, string(m.outcome)
-	}
-	_, err := tx.ExecContext(ctx, `
-UPDATE processed_messages AS pm SET outcome = u.oc
-FROM unnest($1::text[], $2::text[]) AS u(k, oc)
-WHERE pm.idempotency_key = u.k`, pq.Array(keys), pq.Array(outs))
+// isMarked reports whether the key's mark is committed.
+func isMarked(ctx context.Context, client *ent.Client, key string) (bool, error) {
+	rows, err := client.QueryContext(ctx, `SELECT 1 FROM processed_messages WHERE idempotency_key = $1`, key)
 	if err != nil {
-		return fmt.Errorf("write idempotency outcomes: %w", err)
+		return false, err
+	}
+	defer rows.Close()
+	return rows.Next(), rows.Err()
+}
+
+// settleMark sets the outcome of a claimed mark.
+func settleMark(ctx context.Context, tx *ent.Tx, m mark) error {
+	if _, err := tx.ExecContext(ctx, `UPDATE processed_messages SET outcome = $2 WHERE idempotency_key = $1`, m.key, string(m.outcome)); err != nil {
+		return fmt.Errorf("write the idempotency outcome: %w", err)
 	}
 	return nil
 }

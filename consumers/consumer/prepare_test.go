@@ -6,12 +6,14 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/google/uuid"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/pin-platform/consumers/consumers/consumer"
 	"github.com/pin-platform/consumers/consumers/consumer/consumertest"
+	"github.com/pin-platform/consumers/consumers/kafkatest"
 	"github.com/pin-platform/consumers/ent"
 )
 
@@ -284,4 +286,134 @@ func runBatch(t *testing.T, n int, partition int32, build func(prometheus.Regist
 		t.Fatalf("lead_events = %d, want %d (each message once)", got, n)
 	}
 	return r
+}
+
+// markProcessed records id as processed, as a committed batch leaves it.
+func (e *env) markProcessed(id uuid.UUID, partition int32, offset int64) {
+	e.t.Helper()
+	if _, err := e.db.Exec(`INSERT INTO processed_messages (idempotency_key, consumer_group, topic, "partition", "offset", outcome) VALUES ($1, $2, $3, $4, $5, 'applied')`,
+		"probe:"+id.String(), probeGroup, probeTopic, partition, offset); err != nil {
+		e.t.Fatal(err)
+	}
+}
+
+// A batch inserts its marks last. A redelivered message whose mark exists
+// is taken out and the batch run again without it: the message is
+// acknowledged as a duplicate with no second effect, and the others are
+// still committed in batches, not one at a time.
+func TestABatchTakesOutAProcessedMessageAndCommitsTheRest(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	leadID := e.lead()
+	const n = 8
+	for i := 0; i < n; i++ {
+		id, v := envelope(leadID, "")
+		if i == 3 { // processed before a crash, its offset never committed
+			e.markProcessed(id, 1, int64(i))
+			if _, err := e.db.Exec(`INSERT INTO lead_events (lead_id, tenant_id, type, occurred_at, payload) SELECT id, tenant_id, 'SelectionAttached', now(), '{}' FROM leads WHERE id = $1`, leadID); err != nil {
+				t.Fatal(err)
+			}
+		}
+		e.produce(1, v)
+	}
+	p := &preparing{}
+	r := consumertest.Start(t, e.cluster.Bootstrap, e.url, p.service, consumertest.Options{})
+	e.waitCommitted(n)
+
+	if got := e.events(leadID); got != n {
+		t.Fatalf("lead_events = %d, want %d (the processed message's effect once)", got, n)
+	}
+	if got := r.Counter("pin_consumer_messages_total", map[string]string{"outcome": "skipped-duplicate"}); got != 1 {
+		t.Fatalf("skipped-duplicate = %v, want 1", got)
+	}
+	if got := r.Counter("pin_consumer_messages_total", map[string]string{"outcome": "applied"}); got != n-1 {
+		t.Fatalf("applied = %v, want %d", got, n-1)
+	}
+	if got := p.untagged.Load(); got != 0 {
+		t.Fatalf("%d handler runs on their own, want 0: the batch runs again without the duplicate", got)
+	}
+	if got := p.flushes.Load(); got < 2 {
+		t.Fatalf("%d flushes, want at least 2 (the rolled-back run and the committed one)", got)
+	}
+}
+
+// The handler of a redelivered, processed message runs on the state it
+// left, and may fail there. That failure is no attempt of a message that
+// needs none: it is skipped as a duplicate, not dead-lettered.
+func TestAProcessedMessageFailingInABatchIsADuplicateNotADeadLetter(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	leadID := e.lead()
+	const n = 5
+	for i := 0; i < n; i++ {
+		mode := ""
+		if i == 2 {
+			mode = "invalid" // fails whenever its handler runs
+		}
+		id, v := envelope(leadID, mode)
+		if i == 2 {
+			e.markProcessed(id, 1, int64(i))
+		}
+		e.produce(1, v)
+	}
+	p := &preparing{}
+	r := consumertest.Start(t, e.cluster.Bootstrap, e.url, p.service, consumertest.Options{})
+	e.waitCommitted(n)
+
+	if got := r.Counter("pin_consumer_messages_total", map[string]string{"outcome": "dead-lettered"}); got != 0 {
+		t.Fatalf("dead-lettered = %v, want 0", got)
+	}
+	if got := r.Counter("pin_consumer_messages_total", map[string]string{"outcome": "skipped-duplicate"}); got != 1 {
+		t.Fatalf("skipped-duplicate = %v, want 1", got)
+	}
+	if got := e.events(leadID); got != n-1 {
+		t.Fatalf("lead_events = %d, want %d", got, n-1)
+	}
+}
+
+// A batch whose message another processor holds, uncommitted (a parked
+// re-drive, a member that lost its assignment), waits at its marks for
+// that transaction; when it commits, the batch runs again without the
+// message: one effect.
+func TestABatchRacingAnUncommittedMarkWaitsAndSkipsTheMessage(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	leadID := e.lead()
+	const n = 6
+	var raced uuid.UUID
+	for i := 0; i < n; i++ {
+		id, v := envelope(leadID, "")
+		if i == 4 {
+			raced = id
+		}
+		e.produce(1, v)
+	}
+	racer, err := e.db.Begin()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer racer.Rollback() //nolint:errcheck // committed below unless the test failed
+	if _, err := racer.Exec(`INSERT INTO processed_messages (idempotency_key, consumer_group, topic, "partition", "offset", outcome) VALUES ($1, $2, $3, 1, 4, 'applied')`,
+		"probe:"+raced.String(), probeGroup, probeTopic); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := racer.Exec(`INSERT INTO lead_events (lead_id, tenant_id, type, occurred_at, payload) SELECT id, tenant_id, 'SelectionAttached', now(), '{}' FROM leads WHERE id = $1`, leadID); err != nil {
+		t.Fatal(err)
+	}
+	p := &preparing{}
+	r := consumertest.Start(t, e.cluster.Bootstrap, e.url, p.service, consumertest.Options{})
+	kafkatest.Eventually(t, 20*time.Second, func() bool {
+		return e.count(`SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND datname = current_database()`) > 0
+	}, "the batch to wait on the racer's mark")
+	if err := racer.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	e.waitCommitted(n)
+
+	if got := e.events(leadID); got != n {
+		t.Fatalf("lead_events = %d, want %d (the raced message's effect once)", got, n)
+	}
+	if got := r.Counter("pin_consumer_messages_total", map[string]string{"outcome": "skipped-duplicate"}); got != 1 {
+		t.Fatalf("skipped-duplicate = %v, want 1", got)
+	}
 }

@@ -32,6 +32,7 @@ type item struct {
 	st        *state
 	outcome   Outcome
 	attempts  int
+	marked    bool            // its mark was found committed: a duplicate
 	log       *zerolog.Logger // the message's logger, built on first use
 }
 
@@ -161,7 +162,7 @@ func (w *worker) runRouted(items []*item) bool {
 			}
 			return true
 		}
-		if !w.runRouted(items[:k]) || !w.processOne(items[k], err) {
+		if !w.runRouted(items[:k]) || !w.processOne(items[k], w.firstAttempt(items[k], err)) {
 			return false
 		}
 		items = items[k+1:]
@@ -169,71 +170,80 @@ func (w *worker) runRouted(items []*item) bool {
 	return true
 }
 
+// firstAttempt is what a handler's failure in a batch counts as for its
+// message: its first attempt — unless the message was processed already
+// (a batch inserts its marks last, so the handler of a redelivered message
+// ran on the state it had itself left). Then, and when that cannot be
+// told, nil: the message runs again on its own, where its mark decides.
+func (w *worker) firstAttempt(it *item, err error) error {
+	if marked, merr := isMarked(w.ctx, w.r.client, it.key); merr != nil || marked {
+		return nil
+	}
+	return err
+}
+
 // processBatch runs messages in one transaction (several, or a lone one
 // when the service has a Prepare). When it reports false everything was
 // rolled back; failed is the index of the message whose handler (or a
 // BeforeCommit function, through FailMessage) returned err, or -1 when the
-// failure belongs to no one message.
+// failure belongs to no one message. A message found already processed
+// when the batch's marks are inserted is taken out and the batch run again
+// (at most once per such message): it ends as a duplicate.
 func (w *worker) processBatch(items []*item) (ok bool, failed int, err error) {
-	r := w.r
-	ctx, span := r.tracer.Start(w.ctx, "db.batch", trace.WithAttributes(attribute.Int("pin.batch_size", len(items))))
+	ctx, span := w.r.tracer.Start(w.ctx, "db.batch", trace.WithAttributes(attribute.Int("pin.batch_size", len(items))))
 	defer span.End()
 	for _, it := range items {
 		span.AddLink(trace.LinkFromContext(it.ctx))
 	}
+	for {
+		ok, failed, err, again := w.batchTx(ctx, items)
+		if !again {
+			return ok, failed, err
+		}
+	}
+}
+
+// batchTx is one transaction of processBatch. again is true when it was
+// rolled back because some of its messages turned out processed already;
+// they are flagged (item.marked) and left out of the next run.
+func (w *worker) batchTx(ctx context.Context, items []*item) (ok bool, failed int, err error, again bool) {
+	r := w.r
 	if !w.takeTurn(nil) { // given up for a dead letter earlier in the batch
-		return false, -1, nil
+		return false, -1, nil, false
 	}
 	tx, err := r.client.Tx(ctx)
 	if err != nil {
-		return false, -1, nil
+		return false, -1, nil, false
 	}
-	marks := make([]mark, 0, len(items))
-	first := make(map[string]bool, len(items))
-	for _, it := range items {
-		if !first[it.key] { // the same MessageId twice in one batch: claimed once
-			first[it.key] = true
-			marks = append(marks, mark{it.key, it.msg.Partition, it.msg.Offset, ""})
-		}
-	}
-	claimed, err := claimMarks(ctx, tx, r.svc.Group, r.svc.Topic, marks)
-	if err != nil {
-		_ = tx.Rollback()
-		return false, -1, nil
-	}
-	marks = marks[:0]
 	run := make([]bool, len(items))
+	seen := make(map[string]bool, len(items))
+	var msgs []*Message
 	for i, it := range items {
-		if !claimed[it.key] {
-			it.outcome, it.st = SkippedDuplicate, nil
+		it.outcome, it.st = "", nil
+		if it.marked || seen[it.key] { // the same MessageId twice in one batch: run once
+			it.outcome = SkippedDuplicate
 			continue
 		}
-		delete(claimed, it.key)
+		seen[it.key] = true
 		run[i] = true
+		msgs = append(msgs, it.msg)
 	}
 	hctx := ctx
 	b := &batch{}
-	if r.svc.Prepare != nil {
-		msgs := make([]*Message, 0, len(items))
-		for i, it := range items {
-			if run[i] {
-				msgs = append(msgs, it.msg)
-			}
+	if r.svc.Prepare != nil && len(msgs) > 0 {
+		if err = r.guarded("prepare", func() (err error) {
+			hctx, err = r.svc.Prepare(context.WithValue(ctx, batchKey{}, b), tx, msgs)
+			return err
+		}); err != nil {
+			_ = tx.Rollback()
+			r.log.Info().Err(err).Int("batch", len(items)).Msg("batch prepare failed: one message at a time")
+			return false, -1, nil, false
 		}
-		if len(msgs) > 0 {
-			if err = r.guarded("prepare", func() (err error) {
-				hctx, err = r.svc.Prepare(context.WithValue(ctx, batchKey{}, b), tx, msgs)
-				return err
-			}); err != nil {
-				_ = tx.Rollback()
-				r.log.Info().Err(err).Int("batch", len(items)).Msg("batch prepare failed: one message at a time")
-				return false, -1, nil
-			}
-			if hctx == nil {
-				hctx = ctx
-			}
+		if hctx == nil {
+			hctx = ctx
 		}
 	}
+	marks := make([]mark, 0, len(msgs))
 	for i, it := range items {
 		if !run[i] {
 			continue
@@ -241,7 +251,7 @@ func (w *worker) processBatch(items []*item) (ok bool, failed int, err error) {
 		out, err := r.call(hctx, tx, it)
 		if err != nil {
 			_ = tx.Rollback()
-			return false, i, err
+			return false, i, err, false
 		}
 		it.outcome = out
 		marks = append(marks, mark{it.key, it.msg.Partition, it.msg.Offset, out})
@@ -253,20 +263,35 @@ func (w *worker) processBatch(items []*item) (ok bool, failed int, err error) {
 			if errors.As(err, &mf) {
 				for i, it := range items {
 					if run[i] && it.msg == mf.msg {
-						return false, i, mf.err
+						return false, i, mf.err, false
 					}
 				}
 			}
 			r.log.Info().Err(err).Int("batch", len(items)).Msg("batch write failed: one message at a time")
-			return false, -1, nil
+			return false, -1, nil, false
 		}
 	}
-	if err := settleMarks(ctx, tx, marks); err != nil {
-		_ = tx.Rollback()
-		return false, -1, nil
+	if len(marks) > 0 {
+		inserted, err := insertMarks(ctx, tx, r.svc.Group, r.svc.Topic, marks)
+		if err != nil {
+			_ = tx.Rollback()
+			return false, -1, nil, false
+		}
+		if len(inserted) < len(marks) {
+			_ = tx.Rollback()
+			n := 0
+			for i, it := range items {
+				if run[i] && !inserted[it.key] {
+					it.marked = true
+					n++
+				}
+			}
+			r.log.Debug().Int("batch", len(items)).Int("processed_already", n).Msg("batch met processed messages: again without them")
+			return false, -1, nil, true
+		}
 	}
 	if err := tx.Commit(); err != nil {
-		return false, -1, nil
+		return false, -1, nil, false
 	}
 	r.m.batchSize.Observe(float64(len(items)))
 	for _, it := range items {
@@ -274,7 +299,7 @@ func (w *worker) processBatch(items []*item) (ok bool, failed int, err error) {
 		w.finish(it, nil)
 	}
 	w.ack(items[len(items)-1].km.TopicPartition.Offset)
-	return true, -1, nil
+	return true, -1, nil, false
 }
 
 // guarded runs a service's batch hook (Prepare, a BeforeCommit function). A
@@ -314,8 +339,8 @@ func (r *Runtime) call(ctx context.Context, tx *ent.Tx, it *item) (out Outcome, 
 // SkippedDuplicate itself — a second idempotency layer of its own — and
 // that outcome is committed with its mark like any other.)
 func (r *Runtime) handleIn(ctx context.Context, tx *ent.Tx, it *item) (out Outcome, claimed bool, err error) {
-	m := mark{it.key, it.msg.Partition, it.msg.Offset, ""}
-	keys, err := claimMarks(ctx, tx, r.svc.Group, r.svc.Topic, []mark{m})
+	m := mark{it.key, it.msg.Partition, it.msg.Offset, pendingOutcome}
+	keys, err := insertMarks(ctx, tx, r.svc.Group, r.svc.Topic, []mark{m})
 	if err != nil {
 		return "", false, err
 	}
@@ -328,7 +353,7 @@ func (r *Runtime) handleIn(ctx context.Context, tx *ent.Tx, it *item) (out Outco
 		return "", true, err
 	}
 	m.outcome = out
-	return out, true, settleMarks(ctx, tx, []mark{m})
+	return out, true, settleMark(ctx, tx, m)
 }
 
 // attempt processes one message in its own transaction.

@@ -31,9 +31,12 @@ type Service struct {
 	Blocking bool
 
 	// Prepare, when set, runs once in every transaction that handles
-	// several messages, after their idempotency marks are claimed and
-	// before the first handler, with the messages about to be handled
-	// (duplicates left out) in offset order. It returns the context those
+	// several messages, before the first handler, with the messages about
+	// to be handled in offset order (a MessageId met twice in the batch
+	// once). The batch's idempotency marks are inserted at its end, so a
+	// redelivered message that was processed already may be among them:
+	// its handler then runs on the state it left, and the batch is rolled
+	// back and run again without it. It returns the context those
 	// handlers run under. A service uses it to read, and lock, the rows the
 	// whole batch touches in one statement — in key order, so that the
 	// batches of two partitions wait for each other instead of
