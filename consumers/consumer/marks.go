@@ -75,16 +75,6 @@ RETURNING idempotency_key`,
 	return inserted, rows.Err()
 }
 
-// isMarked reports whether the key's mark is committed.
-func isMarked(ctx context.Context, client *ent.Client, key string) (bool, error) {
-	rows, err := client.QueryContext(ctx, `SELECT 1 FROM processed_messages WHERE idempotency_key = $1`, key)
-	if err != nil {
-		return false, err
-	}
-	defer rows.Close()
-	return rows.Next(), rows.Err()
-}
-
 // settleMark sets the outcome of a claimed mark.
 func settleMark(ctx context.Context, tx *ent.Tx, m mark) error {
 	if _, err := tx.ExecContext(ctx, `UPDATE processed_messages SET outcome = $2 WHERE idempotency_key = $1`, m.key, string(m.outcome)); err != nil {

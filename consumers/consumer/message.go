@@ -89,7 +89,7 @@ type batch struct {
 type batchKey struct{}
 
 // BeforeCommit registers fn to run in the batch's transaction after its
-// last handler and before its marks are settled and it commits: a
+// last handler and before its marks are inserted and it commits: a
 // Service.Prepare uses it to write what the batch's handlers queued with
 // set-based statements. An error rolls the whole batch back and replays it
 // one message at a time, without Prepare. It reports false, and does

@@ -173,13 +173,31 @@ func (w *worker) runRouted(items []*item) bool {
 // firstAttempt is what a handler's failure in a batch counts as for its
 // message: its first attempt — unless the message was processed already
 // (a batch inserts its marks last, so the handler of a redelivered message
-// ran on the state it had itself left). Then, and when that cannot be
-// told, nil: the message runs again on its own, where its mark decides.
+// ran on the state it had itself left) or is being processed by another
+// transaction right now. Then, and when that cannot be told, nil: the
+// message runs again on its own, where its mark decides.
 func (w *worker) firstAttempt(it *item, err error) error {
-	if marked, merr := isMarked(w.ctx, w.r.client, it.key); merr != nil || marked {
+	if processed, perr := w.r.processedElsewhere(w.ctx, it); perr != nil || processed {
 		return nil
 	}
 	return err
+}
+
+// processedElsewhere reports whether the message's mark exists, waiting
+// for a transaction that holds the key uncommitted (a parked re-drive, a
+// member that lost its assignment) to end, as a claim does: it claims the
+// key in a transaction that it rolls back.
+func (r *Runtime) processedElsewhere(ctx context.Context, it *item) (bool, error) {
+	tx, err := r.client.Tx(ctx)
+	if err != nil {
+		return false, err
+	}
+	defer func() { _ = tx.Rollback() }()
+	inserted, err := insertMarks(ctx, tx, r.svc.Group, r.svc.Topic, []mark{{it.key, it.msg.Partition, it.msg.Offset, pendingOutcome}})
+	if err != nil {
+		return false, err
+	}
+	return !inserted[it.key], nil
 }
 
 // processBatch runs messages in one transaction (several, or a lone one
@@ -195,25 +213,40 @@ func (w *worker) processBatch(items []*item) (ok bool, failed int, err error) {
 	for _, it := range items {
 		span.AddLink(trace.LinkFromContext(it.ctx))
 	}
+	races := 0
 	for {
-		ok, failed, err, again := w.batchTx(ctx, items)
-		if !again {
+		ok, failed, again, err := w.batchTx(ctx, items, races < lostRaceRetries)
+		switch again {
+		case noRerun:
 			return ok, failed, err
+		case rerunLostRace:
+			races++
 		}
 	}
 }
 
-// batchTx is one transaction of processBatch. again is true when it was
-// rolled back because some of its messages turned out processed already;
-// they are flagged (item.marked) and left out of the next run.
-func (w *worker) batchTx(ctx context.Context, items []*item) (ok bool, failed int, err error, again bool) {
+// rerun says why batchTx rolled back to be run again at once.
+type rerun int
+
+const (
+	noRerun               rerun = iota
+	rerunWithoutProcessed       // messages found processed: flagged, left out
+	rerunLostRace               // the marks' insert was a deadlock's victim
+)
+
+// batchTx is one transaction of processBatch. again says why it was rolled
+// back to be run again: some of its messages turned out processed already
+// (they are flagged, item.marked, and left out of the next run), or, when
+// rerace allows it, its marks' insert lost a race (a deadlock with another
+// processor of the same messages, which has gone on).
+func (w *worker) batchTx(ctx context.Context, items []*item, rerace bool) (ok bool, failed int, again rerun, err error) {
 	r := w.r
 	if !w.takeTurn(nil) { // given up for a dead letter earlier in the batch
-		return false, -1, nil, false
+		return false, -1, noRerun, nil
 	}
 	tx, err := r.client.Tx(ctx)
 	if err != nil {
-		return false, -1, nil, false
+		return false, -1, noRerun, nil
 	}
 	run := make([]bool, len(items))
 	seen := make(map[string]bool, len(items))
@@ -221,6 +254,7 @@ func (w *worker) batchTx(ctx context.Context, items []*item) (ok bool, failed in
 	for i, it := range items {
 		it.outcome, it.st = "", nil
 		if it.marked || seen[it.key] { // the same MessageId twice in one batch: run once
+			seen[it.key] = true
 			it.outcome = SkippedDuplicate
 			continue
 		}
@@ -237,7 +271,7 @@ func (w *worker) batchTx(ctx context.Context, items []*item) (ok bool, failed in
 		}); err != nil {
 			_ = tx.Rollback()
 			r.log.Info().Err(err).Int("batch", len(items)).Msg("batch prepare failed: one message at a time")
-			return false, -1, nil, false
+			return false, -1, noRerun, nil
 		}
 		if hctx == nil {
 			hctx = ctx
@@ -251,7 +285,7 @@ func (w *worker) batchTx(ctx context.Context, items []*item) (ok bool, failed in
 		out, err := r.call(hctx, tx, it)
 		if err != nil {
 			_ = tx.Rollback()
-			return false, i, err, false
+			return false, i, noRerun, err
 		}
 		it.outcome = out
 		marks = append(marks, mark{it.key, it.msg.Partition, it.msg.Offset, out})
@@ -263,19 +297,24 @@ func (w *worker) batchTx(ctx context.Context, items []*item) (ok bool, failed in
 			if errors.As(err, &mf) {
 				for i, it := range items {
 					if run[i] && it.msg == mf.msg {
-						return false, i, mf.err, false
+						return false, i, noRerun, mf.err
 					}
 				}
 			}
 			r.log.Info().Err(err).Int("batch", len(items)).Msg("batch write failed: one message at a time")
-			return false, -1, nil, false
+			return false, -1, noRerun, nil
 		}
 	}
 	if len(marks) > 0 {
 		inserted, err := insertMarks(ctx, tx, r.svc.Group, r.svc.Topic, marks)
 		if err != nil {
 			_ = tx.Rollback()
-			return false, -1, nil, false
+			if c := lostRace(err); c != "" && rerace {
+				r.m.retry(Infrastructure, c)
+				r.log.Info().Err(err).Int("batch", len(items)).Msg("batch marks lost a race: again")
+				return false, -1, rerunLostRace, nil
+			}
+			return false, -1, noRerun, nil
 		}
 		if len(inserted) < len(marks) {
 			_ = tx.Rollback()
@@ -287,11 +326,11 @@ func (w *worker) batchTx(ctx context.Context, items []*item) (ok bool, failed in
 				}
 			}
 			r.log.Debug().Int("batch", len(items)).Int("processed_already", n).Msg("batch met processed messages: again without them")
-			return false, -1, nil, true
+			return false, -1, rerunWithoutProcessed, nil
 		}
 	}
 	if err := tx.Commit(); err != nil {
-		return false, -1, nil, false
+		return false, -1, noRerun, nil
 	}
 	r.m.batchSize.Observe(float64(len(items)))
 	for _, it := range items {
@@ -299,7 +338,7 @@ func (w *worker) batchTx(ctx context.Context, items []*item) (ok bool, failed in
 		w.finish(it, nil)
 	}
 	w.ack(items[len(items)-1].km.TopicPartition.Offset)
-	return true, -1, nil, false
+	return true, -1, noRerun, nil
 }
 
 // guarded runs a service's batch hook (Prepare, a BeforeCommit function). A
