@@ -3,8 +3,10 @@ package messenger
 import (
 	"context"
 	"fmt"
+	"maps"
 	"time"
 
+	"entgo.io/ent/dialect"
 	"entgo.io/ent/dialect/sql"
 	"github.com/google/uuid"
 	"github.com/lib/pq"
@@ -192,50 +194,38 @@ func (b *batch) apply(chatID, messageID uuid.UUID, s snapshot, d diff, byUser ma
 }
 
 // flush writes what the batch queued, a statement per kind: it claims the
-// chats (claimChats), then writes the changed member rows (one UPDATE), the
-// new ones (one INSERT), the feed facts, the chat_updates rows, and one
-// pg_notify per row (one SELECT). With the chats claimed nobody else
-// writes their members meanwhile; any other surprise fails the batch,
+// chats (claimChats, one conditional UPDATE), then writes the new and
+// changed member rows (one upsert), the feed facts, the chat_updates rows,
+// and one pg_notify per row (one SELECT). With the chats claimed nobody
+// else writes their members meanwhile; any other surprise fails the batch,
 // which the runtime then replays one message at a time.
 func (b *batch) flush(ctx context.Context) error {
 	if err := b.claimChats(ctx); err != nil {
 		return err
 	}
-	if len(b.updates) > 0 {
-		ids := consumer.SortedIDs(b.updates)
-		caseOf := func(cast string, v func(*ent.ChatParticipant) any) sql.Querier {
-			return consumer.CaseOf(chatparticipant.FieldID, ids, b.updates, cast, v)
-		}
-		n, err := b.tx.ChatParticipant.Update().
-			Where(chatparticipant.IDIn(ids...)).
-			Modify(func(u *sql.UpdateBuilder) {
-				u.Set(chatparticipant.FieldRole, caseOf("varchar", func(r *ent.ChatParticipant) any { return r.Role }))
-				u.Set(chatparticipant.FieldJoinedAt, caseOf("timestamptz", func(r *ent.ChatParticipant) any { return r.JoinedAt }))
-				u.Set(chatparticipant.FieldRemovedAt, caseOf("timestamptz", func(r *ent.ChatParticipant) any {
-					if r.RemovedAt == nil {
-						return nil
-					}
-					return *r.RemovedAt
-				}))
-			}).
-			Save(ctx)
-		if err != nil {
-			return fmt.Errorf("update the batch's %d member rows: %w", len(ids), err)
-		}
-		if n != len(ids) {
-			return fmt.Errorf("update the batch's %d member rows: %d updated", len(ids), n)
-		}
-	}
-	if len(b.inserts) > 0 {
-		creates := make([]*ent.ChatParticipantCreate, 0, len(b.inserts))
-		for _, r := range b.inserts {
-			creates = append(creates, b.tx.ChatParticipant.Create().
+	if len(b.inserts)+len(b.updates) > 0 {
+		// New and changed member rows in one upsert on the primary key:
+		// a changed row conflicts on its id and takes the new role,
+		// joined_at and removed_at; a new one is inserted (and a second
+		// row for a (chat, user) pair fails the unique index, and the
+		// batch, as a plain INSERT would).
+		rows := make(map[uuid.UUID]*ent.ChatParticipant, len(b.inserts)+len(b.updates))
+		maps.Copy(rows, b.inserts)
+		maps.Copy(rows, b.updates)
+		ids := consumer.SortedIDs(rows)
+		creates := make([]*ent.ChatParticipantCreate, len(ids))
+		for i, id := range ids {
+			r := rows[id]
+			creates[i] = b.tx.ChatParticipant.Create().
 				SetID(r.ID).SetChatID(r.ChatID).SetUserID(r.UserID).SetRole(r.Role).
-				SetJoinedAt(r.JoinedAt).SetNillableRemovedAt(r.RemovedAt))
+				SetJoinedAt(r.JoinedAt).SetNillableRemovedAt(r.RemovedAt)
 		}
 		for _, part := range chunks(creates) {
-			if err := b.tx.ChatParticipant.CreateBulk(part...).Exec(ctx); err != nil {
-				return fmt.Errorf("insert the batch's %d member rows: %w", len(creates), err)
+			if err := b.tx.ChatParticipant.CreateBulk(part...).
+				OnConflictColumns(chatparticipant.FieldID).
+				Update(func(u *ent.ChatParticipantUpsert) { u.UpdateRole().UpdateJoinedAt().UpdateRemovedAt() }).
+				Exec(ctx); err != nil {
+				return fmt.Errorf("write the batch's %d member rows: %w", len(ids), err)
 			}
 		}
 	}
@@ -260,55 +250,61 @@ func (b *batch) flush(ctx context.Context) error {
 	return nil
 }
 
-// claimChats locks the batch's chats in id order and checks that none
-// moved since prepare read it: a chat that did is the spec's concurrent
-// edit, MSG_CONCURRENT_UPDATE of the batch's first event of it (re-run at
-// once on its own, it re-reads the chat). Then one UPDATE writes every
-// chat: row_version + its events, lead_member_version the last one's.
+// claimChats writes every chat of the batch with one conditional UPDATE:
+// row_version moves by the chat's events and lead_member_version becomes
+// the last one's — where row_version is still the one prepare read, the
+// condition of the per-message UPDATE. A chat that someone else changed
+// since (committed, or committing while this statement waits for its row)
+// is not updated and not returned: that is the spec's concurrent edit,
+// MSG_CONCURRENT_UPDATE of the batch's first event of the chat (re-run at
+// once on its own, it re-reads the chat). Rows are taken in id order (the
+// primary-key scan sorts the id list); a chat's events share a partition
+// (the key is the LeadId), so batches of two partitions do not meet on it.
 func (b *batch) claimChats(ctx context.Context) error {
 	if len(b.claims) == 0 {
 		return nil
 	}
 	ids := consumer.SortedIDs(b.claims)
-	var now []struct {
-		ID         uuid.UUID `json:"id"`
-		RowVersion int64     `json:"row_version"`
-	}
-	if err := b.tx.Chat.Query().Where(chat.IDIn(ids...)).
-		Order(ent.Asc(chat.FieldID)).
-		// NO KEY UPDATE, as the per-message UPDATE takes: it does not block
-		// the foreign-key checks (KEY SHARE) of inserts referencing chats.
-		Modify(func(s *sql.Selector) { s.For(sql.LockNoKeyUpdate) }).
-		Select(chat.FieldID, chat.FieldRowVersion).Scan(ctx, &now); err != nil {
-		return fmt.Errorf("lock the batch's %d chats: %w", len(ids), err)
-	}
-	seen := make(map[uuid.UUID]int64, len(now))
-	for _, r := range now {
-		seen[r.ID] = r.RowVersion
-	}
-	for _, id := range ids {
-		cl := b.claims[id]
-		if v, ok := seen[id]; !ok || v != cl.read {
-			return consumer.FailMessage(cl.first, CodeConcurrentUpdate.Errorf("chat %s moved past row_version %d since it was read", id, cl.read))
-		}
+	in := make([]any, len(ids))
+	for i, id := range ids {
+		in[i] = id
 	}
 	caseOf := func(v func(*claim) any) sql.Querier {
 		return consumer.CaseOf(chat.FieldID, ids, b.claims, "bigint", v)
 	}
-	n, err := b.tx.Chat.Update().
-		Where(chat.IDIn(ids...)).
-		Modify(func(u *sql.UpdateBuilder) {
-			u.Set(chat.FieldLeadMemberVersion, caseOf(func(cl *claim) any { return cl.version }))
-			u.Set(chat.FieldRowVersion, sql.ExprFunc(func(sb *sql.Builder) {
-				sb.Ident(chat.FieldRowVersion).WriteString(" + ").Join(caseOf(func(cl *claim) any { return cl.n }))
-			}))
-		}).
-		Save(ctx)
+	query, args := sql.Dialect(dialect.Postgres).Update(chat.Table).
+		Set(chat.FieldLeadMemberVersion, caseOf(func(cl *claim) any { return cl.version })).
+		Set(chat.FieldRowVersion, sql.ExprFunc(func(sb *sql.Builder) {
+			sb.Ident(chat.FieldRowVersion).WriteString(" + ").Join(caseOf(func(cl *claim) any { return cl.n }))
+		})).
+		Where(sql.And(
+			sql.In(chat.FieldID, in...),
+			sql.P(func(sb *sql.Builder) {
+				sb.Ident(chat.FieldRowVersion).WriteString(" = ").Join(caseOf(func(cl *claim) any { return cl.read }))
+			}),
+		)).
+		Returning(chat.FieldID).
+		Query()
+	rows, err := b.tx.QueryContext(ctx, query, args...)
 	if err != nil {
 		return fmt.Errorf("update the batch's %d chats: %w", len(ids), err)
 	}
-	if n != len(ids) {
-		return fmt.Errorf("update the batch's %d chats: %d updated", len(ids), n)
+	defer rows.Close()
+	updated := make(map[uuid.UUID]bool, len(ids))
+	for rows.Next() {
+		var id uuid.UUID
+		if err := rows.Scan(&id); err != nil {
+			return fmt.Errorf("update the batch's %d chats: %w", len(ids), err)
+		}
+		updated[id] = true
+	}
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("update the batch's %d chats: %w", len(ids), err)
+	}
+	for _, id := range ids {
+		if cl := b.claims[id]; !updated[id] {
+			return consumer.FailMessage(cl.first, CodeConcurrentUpdate.Errorf("chat %s moved past row_version %d since it was read", id, cl.read))
+		}
 	}
 	return nil
 }
