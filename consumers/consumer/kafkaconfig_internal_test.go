@@ -1,0 +1,37 @@
+package consumer
+
+import (
+	"testing"
+
+	"github.com/confluentinc/confluent-kafka-go/v2/kafka"
+)
+
+// The runtime bounds librdkafka's prefetch (C memory, outside the Go heap)
+// unless KAFKA_QUEUED_MAX_MESSAGES_KBYTES says otherwise, and keeps the
+// settings the delivery guarantee rests on whatever the environment says.
+func TestConsumerConfigDefaultsAndOverrides(t *testing.T) {
+	base := []string{"KAFKA_BOOTSTRAP_SERVERS=b:9092", "DATABASE_URL=postgres://x"}
+	build := func(env ...string) kafka.ConfigMap {
+		t.Helper()
+		cfg, err := ConfigFromEnv(append(base, env...), "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		r := &Runtime{cfg: cfg, svc: Service{Group: "g"}}
+		return r.consumerConfig()
+	}
+	cm := build()
+	if got := cm["queued.max.messages.kbytes"]; got != 8192 {
+		t.Fatalf("queued.max.messages.kbytes = %v, want 8192 by default", got)
+	}
+	if got := cm["auto.offset.reset"]; got != "earliest" {
+		t.Fatalf("auto.offset.reset = %v, want earliest", got)
+	}
+	cm = build("KAFKA_QUEUED_MAX_MESSAGES_KBYTES=65536", "KAFKA_ENABLE_AUTO_OFFSET_STORE=true", "KAFKA_GROUP_ID=other")
+	if got := cm["queued.max.messages.kbytes"]; got != "65536" {
+		t.Fatalf("queued.max.messages.kbytes = %v, want the environment's 65536", got)
+	}
+	if cm["enable.auto.offset.store"] != false || cm["group.id"] != "g" {
+		t.Fatalf("enable.auto.offset.store = %v, group.id = %v: the environment must not override them", cm["enable.auto.offset.store"], cm["group.id"])
+	}
+}
