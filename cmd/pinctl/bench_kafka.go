@@ -10,19 +10,9 @@ import (
 
 	"github.com/confluentinc/confluent-kafka-go/v2/kafka"
 
+	"github.com/pin-platform/consumers/consumers/consumer"
 	"github.com/pin-platform/consumers/consumers/demo"
 )
-
-// consumerDefaults is the librdkafka configuration the consumer runtime
-// uses (consumers/consumer/runtime.go), before KAFKA_* overrides; the
-// broker-only loop runs with the same.
-var consumerDefaults = kafka.ConfigMap{
-	"auto.offset.reset":       "earliest",
-	"enable.auto.commit":      true,
-	"auto.commit.interval.ms": 1000,
-	"statistics.interval.ms":  5000,
-	"enable.partition.eof":    false,
-}
 
 // brokerOnly is the broker limit: a consumer with the runtime's
 // configuration (a group, auto commit of stored offsets, its KAFKA_*
@@ -32,10 +22,7 @@ var consumerDefaults = kafka.ConfigMap{
 // joining the group is included, as for the consumer process) and from the
 // partitions' assignment to the synchronous commit of the last offset.
 func brokerOnly(ctx context.Context, brokers, group, topic string, n int, overrides kafka.ConfigMap, timeout time.Duration) (rateResult, error) {
-	cm := kafka.ConfigMap{}
-	for k, v := range consumerDefaults {
-		cm[k] = v
-	}
+	cm := consumer.KafkaConsumerDefaults() // the runtime's, then its KAFKA_* overrides
 	for k, v := range overrides {
 		cm[k] = v
 	}

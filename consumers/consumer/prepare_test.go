@@ -6,14 +6,12 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
-	"time"
 
 	"github.com/google/uuid"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/pin-platform/consumers/consumers/consumer"
 	"github.com/pin-platform/consumers/consumers/consumer/consumertest"
-	"github.com/pin-platform/consumers/consumers/kafkatest"
 	"github.com/pin-platform/consumers/ent"
 )
 
@@ -297,15 +295,6 @@ func runBatch(t *testing.T, n int, partition int32, build func(prometheus.Regist
 	return r
 }
 
-// markProcessed records id as processed, as a committed batch leaves it.
-func (e *env) markProcessed(id uuid.UUID, partition int32, offset int64) {
-	e.t.Helper()
-	if _, err := e.db.Exec(`INSERT INTO processed_messages (idempotency_key, consumer_group, topic, "partition", "offset", outcome) VALUES ($1, $2, $3, $4, $5, 'applied')`,
-		"probe:"+id.String(), probeGroup, probeTopic, partition, offset); err != nil {
-		e.t.Fatal(err)
-	}
-}
-
 // A batch inserts its marks last. A redelivered message whose mark exists
 // is taken out and the batch run again without it: the message is
 // acknowledged as a duplicate with no second effect, and the others are
@@ -321,9 +310,7 @@ func TestABatchTakesOutAProcessedMessageAndCommitsTheRest(t *testing.T) {
 		if i == 3 { // processed before a crash, its offset never committed
 			processed = id
 			e.markProcessed(id, 1, int64(i))
-			if _, err := e.db.Exec(`INSERT INTO lead_events (lead_id, tenant_id, type, occurred_at, payload) SELECT id, tenant_id, 'SelectionAttached', now(), '{}' FROM leads WHERE id = $1`, leadID); err != nil {
-				t.Fatal(err)
-			}
+			applyProbe(t, e.db, leadID) // the probe handler's effect
 		}
 		e.produce(1, v)
 	}
@@ -409,23 +396,11 @@ func TestABatchRacingAnUncommittedMarkWaitsAndSkipsTheMessage(t *testing.T) {
 		}
 		e.produce(1, v)
 	}
-	racer, err := e.db.Begin()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer racer.Rollback() //nolint:errcheck // committed below unless the test failed
-	if _, err := racer.Exec(`INSERT INTO processed_messages (idempotency_key, consumer_group, topic, "partition", "offset", outcome) VALUES ($1, $2, $3, 1, 4, 'applied')`,
-		"probe:"+raced.String(), probeGroup, probeTopic); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := racer.Exec(`INSERT INTO lead_events (lead_id, tenant_id, type, occurred_at, payload) SELECT id, tenant_id, 'SelectionAttached', now(), '{}' FROM leads WHERE id = $1`, leadID); err != nil {
-		t.Fatal(err)
-	}
+	racer := e.holdMark(raced, 1, 4)
+	applyProbe(t, racer, leadID) // the probe handler's effect
 	p := &preparing{}
 	r := consumertest.Start(t, e.cluster.Bootstrap, e.url, p.service, consumertest.Options{})
-	kafkatest.Eventually(t, 20*time.Second, func() bool {
-		return e.count(`SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND datname = current_database()`) > 0
-	}, "the batch to wait on the racer's mark")
+	e.awaitLockWait("the batch to wait on the racer's mark")
 	if err := racer.Commit(); err != nil {
 		t.Fatal(err)
 	}
@@ -459,20 +434,10 @@ func TestAFailureInABatchWaitsForAnUncommittedHolderOfTheKey(t *testing.T) {
 		}
 		e.produce(1, v)
 	}
-	holder, err := e.db.Begin()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer holder.Rollback() //nolint:errcheck // committed below unless the test failed
-	if _, err := holder.Exec(`INSERT INTO processed_messages (idempotency_key, consumer_group, topic, "partition", "offset", outcome) VALUES ($1, $2, $3, 1, 1, 'applied')`,
-		"probe:"+held.String(), probeGroup, probeTopic); err != nil {
-		t.Fatal(err)
-	}
+	holder := e.holdMark(held, 1, 1)
 	p := &preparing{}
 	r := consumertest.Start(t, e.cluster.Bootstrap, e.url, p.service, consumertest.Options{})
-	kafkatest.Eventually(t, 20*time.Second, func() bool {
-		return e.count(`SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND datname = current_database()`) > 0
-	}, "the runtime to wait on the holder's key")
+	e.awaitLockWait("the runtime to wait on the holder's key")
 	if err := holder.Commit(); err != nil {
 		t.Fatal(err)
 	}
@@ -505,28 +470,16 @@ func TestABatchWhoseMarksLoseADeadlockRunsAgainAsABatch(t *testing.T) {
 		}
 		e.produce(1, v)
 	}
-	holder, err := e.db.Begin()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer holder.Rollback() //nolint:errcheck // committed below unless the test failed
-	if _, err := holder.Exec(`INSERT INTO processed_messages (idempotency_key, consumer_group, topic, "partition", "offset", outcome) VALUES ($1, $2, $3, 1, 2, 'applied')`,
-		"probe:"+held.String(), probeGroup, probeTopic); err != nil {
-		t.Fatal(err)
-	}
+	holder := e.holdMark(held, 1, 2)
 	p := &preparing{}
 	r := consumertest.Start(t, e.cluster.Bootstrap, e.url, p.service, consumertest.Options{})
-	kafkatest.Eventually(t, 20*time.Second, func() bool {
-		return e.count(`SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND datname = current_database()`) > 0
-	}, "the batch to wait at its marks on the holder's key")
+	e.awaitLockWait("the batch to wait at its marks on the holder's key")
 	// The cycle: the holder now waits on the batch. The batch has waited
 	// longer, so its deadlock check runs first and it is the victim.
 	if _, err := holder.Exec(`SELECT 1 FROM leads WHERE id = $1 FOR UPDATE`, leadID); err != nil {
 		t.Fatalf("the holder lost the deadlock, not the batch: %v", err)
 	}
-	if _, err := holder.Exec(`INSERT INTO lead_events (lead_id, tenant_id, type, occurred_at, payload) SELECT id, tenant_id, 'SelectionAttached', now(), '{}' FROM leads WHERE id = $1`, leadID); err != nil {
-		t.Fatal(err)
-	}
+	applyProbe(t, holder, leadID) // the probe handler's effect
 	if err := holder.Commit(); err != nil {
 		t.Fatal(err)
 	}

@@ -141,6 +141,52 @@ func (e *env) count(q string, args ...any) int {
 	return n
 }
 
+// holdMark begins a transaction that holds id's mark, uncommitted: another
+// processor of the message (a parked re-drive, a member that lost its
+// assignment). The test commits it; a failed test rolls it back.
+func (e *env) holdMark(id uuid.UUID, partition int32, offset int64) *sql.Tx {
+	e.t.Helper()
+	tx, err := e.db.Begin()
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	e.t.Cleanup(func() { _ = tx.Rollback() })
+	if _, err := tx.Exec(`INSERT INTO processed_messages (idempotency_key, consumer_group, topic, "partition", "offset", outcome) VALUES ($1, $2, $3, $4, $5, 'applied')`,
+		"probe:"+id.String(), probeGroup, probeTopic, partition, offset); err != nil {
+		e.t.Fatal(err)
+	}
+	return tx
+}
+
+// awaitLockWait waits until a session of the test's database waits for a
+// lock.
+func (e *env) awaitLockWait(what string) {
+	e.t.Helper()
+	kafkatest.Eventually(e.t, 20*time.Second, func() bool {
+		return e.count(`SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND datname = current_database()`) > 0
+	}, "%s", what)
+}
+
+// markProcessed records id as processed, as a committed batch leaves it.
+func (e *env) markProcessed(id uuid.UUID, partition int32, offset int64) {
+	e.t.Helper()
+	if _, err := e.db.Exec(`INSERT INTO processed_messages (idempotency_key, consumer_group, topic, "partition", "offset", outcome) VALUES ($1, $2, $3, $4, $5, 'applied')`,
+		"probe:"+id.String(), probeGroup, probeTopic, partition, offset); err != nil {
+		e.t.Fatal(err)
+	}
+}
+
+// applyProbe writes what the probe handler writes for one message of
+// leadID, through db (a *sql.DB, or a *sql.Tx playing another processor).
+func applyProbe(t *testing.T, db interface {
+	Exec(string, ...any) (sql.Result, error)
+}, leadID uuid.UUID) {
+	t.Helper()
+	if _, err := db.Exec(`INSERT INTO lead_events (lead_id, tenant_id, type, occurred_at, payload) SELECT id, tenant_id, 'SelectionAttached', now(), '{}' FROM leads WHERE id = $1`, leadID); err != nil {
+		t.Fatal(err)
+	}
+}
+
 func (e *env) events(leadID uuid.UUID) int {
 	return e.count(`SELECT count(*) FROM lead_events WHERE lead_id = $1`, leadID)
 }

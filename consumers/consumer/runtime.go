@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"maps"
 	"net"
 	"net/http"
 	"strings"
@@ -158,6 +159,14 @@ var consumerDefaults = kafka.ConfigMap{
 	// bench: rewards at N = 1M peaked at 68.0 and 70.8 MiB RSS with 64 MiB,
 	// 60.3 with 8 MiB, at the same rate.
 	"queued.max.messages.kbytes": 8192,
+}
+
+// KafkaConsumerDefaults returns (a copy of) the runtime's librdkafka
+// consumer settings where they differ from librdkafka's own, before the
+// KAFKA_* overrides: for tools that must read as the consumers do (the
+// benchmark's broker-only loop).
+func KafkaConsumerDefaults() kafka.ConfigMap {
+	return maps.Clone(consumerDefaults)
 }
 
 // consumerConfig is the consumer's librdkafka configuration: the KAFKA_*

@@ -59,9 +59,7 @@ func TestRedeliveryAfterCrashBetweenDatabaseAndOffsetCommitIsSkipped(t *testing.
 	e.produce(0, v)
 	// The state a crash leaves between the two commits: effect and mark are
 	// in the database, the offset was never committed.
-	if _, err := e.db.Exec(`INSERT INTO lead_events (lead_id, tenant_id, type, occurred_at, payload) SELECT id, tenant_id, 'SelectionAttached', now(), '{}' FROM leads WHERE id = $1`, leadID); err != nil {
-		t.Fatal(err)
-	}
+	applyProbe(t, e.db, leadID) // the probe handler's effect
 	if _, err := e.db.Exec(`INSERT INTO processed_messages (idempotency_key, consumer_group, topic, "partition", "offset", outcome) VALUES ($1, $2, $3, 0, 0, 'applied')`, "probe:"+id.String(), probeGroup, probeTopic); err != nil {
 		t.Fatal(err)
 	}
@@ -516,21 +514,11 @@ func TestReDriverLosingARaceToARedeliveryHasNoEffect(t *testing.T) {
 		VALUES ($1, $2, 0, 0, $3, $4, $5, 'PROBE_LEAD_NOT_FOUND', 'waiting', 1, now())`, probeGroup, probeTopic, v, id, probeType); err != nil {
 		t.Fatal(err)
 	}
-	racer, err := e.db.Begin()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := racer.Exec(`INSERT INTO processed_messages (idempotency_key, consumer_group, topic, "partition", "offset", outcome) VALUES ($1, $2, $3, 0, 0, 'applied')`, "probe:"+id.String(), probeGroup, probeTopic); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := racer.Exec(`INSERT INTO lead_events (lead_id, tenant_id, type, occurred_at, payload) SELECT id, tenant_id, 'SelectionAttached', now(), '{}' FROM leads WHERE id = $1`, leadID); err != nil {
-		t.Fatal(err)
-	}
+	racer := e.holdMark(id, 0, 0)
+	applyProbe(t, racer, leadID) // the probe handler's effect
 	consumertest.Start(t, e.cluster.Bootstrap, e.url, probeService(long...), consumertest.Options{})
 	// The re-driver blocks on the mark; let it, then commit the racer.
-	kafkatest.Eventually(t, 20*time.Second, func() bool {
-		return e.count(`SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND datname = current_database()`) > 0
-	}, "the re-driver to wait on the racer's mark")
+	e.awaitLockWait("the re-driver to wait on the racer's mark")
 	if err := racer.Commit(); err != nil {
 		t.Fatal(err)
 	}
