@@ -24,6 +24,7 @@ type metrics struct {
 	contractMismatch prometheus.Counter       // pin_consumer_contract_mismatch_total
 	unknownType      *prometheus.CounterVec   // pin_consumer_unknown_event_types_total{event_type}
 	batchSize        prometheus.Histogram     // pin_consumer_batch_size
+	batchReruns      *prometheus.CounterVec   // pin_consumer_batch_reruns_total{reason}
 
 	specDuration  prometheus.Observer
 	specDLQ       *prometheus.CounterVec
@@ -71,9 +72,13 @@ func newMetrics(reg prometheus.Registerer, svc Service, lagSource func(context.C
 			Name: "pin_consumer_batch_size", Help: "Messages committed per database transaction.",
 			Buckets: prometheus.ExponentialBuckets(1, 2, 8),
 		}),
+		batchReruns: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "pin_consumer_batch_reruns_total",
+			Help: "Batches rolled back and run again at once: processed-already (redelivered messages taken out, as after a rebalance or a restart), lost-race (the marks' insert was a deadlock's victim).",
+		}, []string{"reason"}),
 	}
 	g.MustRegister(m.messages, m.duration, m.retries, m.dlq, m.parked, m.paused, m.inFlight,
-		m.lag, m.contractMismatch, m.unknownType, m.batchSize)
+		m.lag, m.contractMismatch, m.unknownType, m.batchSize, m.batchReruns)
 
 	sm := svc.Metrics
 	if sm.DurationMs != "" {

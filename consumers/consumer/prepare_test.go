@@ -330,6 +330,9 @@ func TestABatchTakesOutAProcessedMessageAndCommitsTheRest(t *testing.T) {
 	if got := p.untagged.Load(); got != 0 {
 		t.Fatalf("%d handler runs on their own, want 0: the batch runs again without the duplicate", got)
 	}
+	if got := r.Counter("pin_consumer_batch_reruns_total", map[string]string{"reason": "processed-already"}); got != 1 {
+		t.Fatalf("batch_reruns{processed-already} = %v, want 1", got)
+	}
 	// It went through a batch (its handler ran on the state it had left),
 	// and that batch was rolled back and run again without it.
 	p.mu.Lock()
@@ -487,6 +490,9 @@ func TestABatchWhoseMarksLoseADeadlockRunsAgainAsABatch(t *testing.T) {
 
 	if got := r.Counter("pin_consumer_retries_total", map[string]string{"code": "40P01"}); got != 1 {
 		t.Fatalf("retries{40P01} = %v, want 1", got)
+	}
+	if got := r.Counter("pin_consumer_batch_reruns_total", map[string]string{"reason": "lost-race"}); got != 1 {
+		t.Fatalf("batch_reruns{lost-race} = %v, want 1", got)
 	}
 	if got := p.untagged.Load(); got != 0 {
 		t.Fatalf("%d handler runs on their own, want 0: the batch runs again as a batch", got)

@@ -311,6 +311,7 @@ func (w *worker) batchTx(ctx context.Context, items []*item, rerace bool) (ok bo
 			_ = tx.Rollback()
 			if c := lostRace(err); c != "" && rerace {
 				r.m.retry(Infrastructure, c)
+				r.m.batchReruns.WithLabelValues("lost-race").Inc()
 				r.log.Info().Err(err).Int("batch", len(items)).Msg("batch marks lost a race: again")
 				return false, -1, rerunLostRace, nil
 			}
@@ -325,6 +326,7 @@ func (w *worker) batchTx(ctx context.Context, items []*item, rerace bool) (ok bo
 					n++
 				}
 			}
+			r.m.batchReruns.WithLabelValues("processed-already").Inc()
 			r.log.Debug().Int("batch", len(items)).Int("processed_already", n).Msg("batch met processed messages: again without them")
 			return false, -1, rerunWithoutProcessed, nil
 		}
