@@ -170,7 +170,7 @@ func (r *Runtime) redriveOne(ctx context.Context) (bool, error) {
 	if err != nil {
 		return false, err
 	}
-	it := r.prepare(parkedToKafka(row))
+	it := r.prepare(parkedToKafka(row), time.Now())
 	defer it.span.End() // no-op once finished
 	fail := func(err error) (bool, error) {
 		_ = tx.Rollback()

@@ -42,9 +42,18 @@ var (
 // conflictRuns counts the handler's runs of "conflict" messages.
 var conflictRuns atomic.Int64
 
+// slowStarted holds the MessageIds of "slow" messages whose handler has
+// started (it then sleeps for slowFor before applying).
+var slowStarted sync.Map
+
+// slowFor is long against the broker's fetch wait (the mock broker
+// answers an empty fetch only after fetch.wait.max.ms, 500 ms), so that a
+// message produced once a slow one started is queued behind it for long.
+const slowFor = 3 * time.Second
+
 type probePayload struct {
 	LeadID uuid.UUID `json:"LeadId"`
-	Mode   string    // "", "invalid", "conflict", "panic"
+	Mode   string    // "", "invalid", "conflict", "panic", "second-layer", "bug", "slow"
 }
 
 // probeService builds the probe; a lead that does not exist is a RetryLater
@@ -76,6 +85,9 @@ func probeService(schedule ...time.Duration) func(prometheus.Registerer) consume
 						return consumer.SkippedDuplicate, nil // the handler's own idempotency layer
 					case "bug":
 						return "", errors.New("an unexpected error (a bug)")
+					case "slow":
+						slowStarted.Store(m.MessageID, true)
+						time.Sleep(slowFor)
 					}
 					l, err := tx.Lead.Query().Where(lead.ID(p.LeadID)).Only(ctx)
 					if ent.IsNotFound(err) {

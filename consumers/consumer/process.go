@@ -25,8 +25,8 @@ type item struct {
 	decodeErr error
 	route     Route
 	routed    bool
-	key       string // idempotency key
-	start     time.Time
+	key       string          // idempotency key
+	start     time.Time       // handed to its worker: its duration counts the queue
 	ctx       context.Context // carries the message's span
 	span      trace.Span
 	st        *state
@@ -44,9 +44,9 @@ func (it *item) dropHooks() {
 }
 
 // prepare decodes a message and starts its span, continuing the W3C trace
-// context of its headers.
-func (r *Runtime) prepare(km *kafka.Message) *item {
-	it := &item{km: km, start: time.Now()}
+// context of its headers; at is when the message was handed to its worker.
+func (r *Runtime) prepare(km *kafka.Message, at time.Time) *item {
+	it := &item{km: km, start: at}
 	ctx := r.prop.Extract(context.Background(), headerCarrier(km.Headers))
 	it.ctx, it.span = r.tracer.Start(ctx, "process "+r.svc.Topic,
 		trace.WithSpanKind(trace.SpanKindConsumer),
@@ -106,11 +106,11 @@ func (r *Runtime) logFor(it *item) *zerolog.Logger {
 // rolled back and replayed one message at a time, where each failure gets
 // its class's treatment. It reports false when the worker is stopping and
 // the rest of the batch was abandoned.
-func (w *worker) handle(batch []*kafka.Message) bool {
+func (w *worker) handle(batch []queued) bool {
 	r := w.r
 	items := make([]*item, len(batch))
-	for i, km := range batch {
-		items[i] = r.prepare(km)
+	for i, q := range batch {
+		items[i] = r.prepare(q.m, q.at)
 		if it := items[i]; it.msg != nil && r.svc.ContractVersion != 0 && it.msg.ContractVersion != r.svc.ContractVersion {
 			r.m.mismatch()
 			r.logFor(it).Warn().Int("ContractVersion", it.msg.ContractVersion).

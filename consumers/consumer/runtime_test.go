@@ -13,6 +13,7 @@ import (
 	"github.com/confluentinc/confluent-kafka-go/v2/kafka"
 	"github.com/google/uuid"
 	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
@@ -665,6 +666,41 @@ func TestMainLogsEachFieldOnce(t *testing.T) {
 		}
 		if m["service"] != "probe" {
 			t.Fatalf("service %v in %s", m["service"], l)
+		}
+	}
+}
+
+// A message's duration counts its wait in its partition's queue: a
+// message that arrives while the one before it is being handled for 3 s
+// waits most of that before its own transaction starts.
+func TestMessageDurationCountsTheWaitInTheQueue(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	leadID := e.lead()
+	slow, v := envelope(leadID, "slow")
+	e.produce(0, v)
+	r := consumertest.Start(t, e.cluster.Bootstrap, e.url, probeService(long...), consumertest.Options{})
+	kafkatest.Eventually(t, 20*time.Second, func() bool { _, ok := slowStarted.Load(slow); return ok }, "the slow handler to start")
+	_, quick := envelope(leadID, "")
+	e.produce(0, quick) // queued behind the slow one
+	e.waitCommitted(2)
+
+	mfs, err := r.Registry.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var h *dto.Histogram
+	for _, mf := range mfs {
+		if mf.GetName() == "pin_consumer_message_duration_seconds" {
+			h = mf.GetMetric()[0].GetHistogram()
+		}
+	}
+	if h == nil || h.GetSampleCount() != 2 {
+		t.Fatalf("message_duration_seconds: %v, want 2 samples", h)
+	}
+	for _, b := range h.GetBucket() {
+		if b.GetUpperBound() == 1 && b.GetCumulativeCount() != 0 {
+			t.Fatalf("%d of 2 messages took at most 1 s; want both over it (the second waited most of %s for the first)", b.GetCumulativeCount(), slowFor)
 		}
 	}
 }

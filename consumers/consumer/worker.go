@@ -15,10 +15,18 @@ import (
 // queue is full the partition is paused and re-sought from the first message
 // it could not take, so a slow or backing-off partition holds no more than
 // QueueSize messages and never blocks the others.
+// queued is a message in a worker's queue, with the time it was handed
+// over: a message's duration (pin_consumer_message_duration_seconds)
+// counts its wait in the queue.
+type queued struct {
+	m  *kafka.Message
+	at time.Time
+}
+
 type worker struct {
 	r    *Runtime
 	tp   kafka.TopicPartition
-	in   chan *kafka.Message
+	in   chan queued
 	quit chan struct{} // soft stop: take no new message
 	done chan struct{}
 
@@ -55,7 +63,7 @@ func (r *Runtime) startWorker(tp kafka.TopicPartition) {
 	ctx, cancel := context.WithCancel(context.Background())
 	w := &worker{
 		r: r, tp: tp,
-		in:             make(chan *kafka.Message, r.cfg.QueueSize),
+		in:             make(chan queued, r.cfg.QueueSize),
 		quit:           make(chan struct{}),
 		done:           make(chan struct{}),
 		ctx:            ctx,
@@ -136,7 +144,7 @@ func (r *Runtime) dispatch(m *kafka.Message) {
 		return // re-fetched after the seek on resume
 	}
 	select {
-	case w.in <- m:
+	case w.in <- queued{m, time.Now()}:
 		w.lastDispatched = m.TopicPartition.Offset
 	default:
 		tp := m.TopicPartition
@@ -181,7 +189,7 @@ func (r *Runtime) resumeDrained() {
 func (w *worker) run() {
 	defer close(w.done)
 	defer w.giveTurn()
-	batch := make([]*kafka.Message, 0, w.r.cfg.BatchSize)
+	batch := make([]queued, 0, w.r.cfg.BatchSize)
 	for {
 		select { // a stop wins over queued messages
 		case <-w.quit:
@@ -193,7 +201,7 @@ func (w *worker) run() {
 			return
 		case <-w.ctx.Done():
 			return
-		case m := <-w.in:
+		case q := <-w.in:
 			// With a cap on concurrent transactions, wait for a turn
 			// before the batch is gathered: what arrives meanwhile joins it.
 			// A stop ends the wait. Busy from here: a worker starved of
@@ -203,12 +211,12 @@ func (w *worker) run() {
 				w.busy.Store(false)
 				return
 			}
-			batch = append(batch[:0], m)
+			batch = append(batch[:0], q)
 		fill:
 			for len(batch) < w.r.cfg.BatchSize {
 				select {
-				case m := <-w.in:
-					batch = append(batch, m)
+				case q := <-w.in:
+					batch = append(batch, q)
 				default:
 					break fill
 				}
