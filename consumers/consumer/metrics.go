@@ -79,6 +79,9 @@ func newMetrics(reg prometheus.Registerer, svc Service, lagSource func(context.C
 	}
 	g.MustRegister(m.messages, m.duration, m.retries, m.dlq, m.parked, m.paused, m.inFlight,
 		m.lag, m.contractMismatch, m.unknownType, m.batchSize, m.batchReruns)
+	for _, reason := range []string{"processed-already", "lost-race"} {
+		m.batchReruns.WithLabelValues(reason) // a series from the start: rate() and alerts see zeros
+	}
 
 	sm := svc.Metrics
 	if sm.DurationMs != "" {

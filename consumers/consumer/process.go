@@ -49,6 +49,7 @@ func (r *Runtime) prepare(km *kafka.Message, at time.Time) *item {
 	it := &item{km: km, start: at}
 	ctx := r.prop.Extract(context.Background(), headerCarrier(km.Headers))
 	it.ctx, it.span = r.tracer.Start(ctx, "process "+r.svc.Topic,
+		trace.WithTimestamp(at), // as the duration: from the hand-over
 		trace.WithSpanKind(trace.SpanKindConsumer),
 		trace.WithAttributes(
 			attribute.String("messaging.system", "kafka"),

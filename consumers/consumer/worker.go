@@ -10,11 +10,6 @@ import (
 	"github.com/confluentinc/confluent-kafka-go/v2/kafka"
 )
 
-// worker processes one assigned partition, in offset order, on its own
-// goroutine. The poll goroutine feeds it through a bounded queue; when the
-// queue is full the partition is paused and re-sought from the first message
-// it could not take, so a slow or backing-off partition holds no more than
-// QueueSize messages and never blocks the others.
 // queued is a message in a worker's queue, with the time it was handed
 // over: a message's duration (pin_consumer_message_duration_seconds)
 // counts its wait in the queue.
@@ -23,6 +18,11 @@ type queued struct {
 	at time.Time
 }
 
+// worker processes one assigned partition, in offset order, on its own
+// goroutine. The poll goroutine feeds it through a bounded queue; when the
+// queue is full the partition is paused and re-sought from the first message
+// it could not take, so a slow or backing-off partition holds no more than
+// QueueSize messages and never blocks the others.
 type worker struct {
 	r    *Runtime
 	tp   kafka.TopicPartition

@@ -208,7 +208,9 @@ func (b *batch) flush(ctx context.Context) error {
 		// a changed row conflicts on its id and takes the new role,
 		// joined_at and removed_at; a new one is inserted (and a second
 		// row for a (chat, user) pair fails the unique index, and the
-		// batch, as a plain INSERT would).
+		// batch, as a plain INSERT would). Member rows are never deleted
+		// (removal is soft, INV-PART-4); one deleted by hand meanwhile
+		// would be written back as the batch sees it.
 		rows := make(map[uuid.UUID]*ent.ChatParticipant, len(b.inserts)+len(b.updates))
 		maps.Copy(rows, b.inserts)
 		maps.Copy(rows, b.updates)
@@ -257,9 +259,12 @@ func (b *batch) flush(ctx context.Context) error {
 // since (committed, or committing while this statement waits for its row)
 // is not updated and not returned: that is the spec's concurrent edit,
 // MSG_CONCURRENT_UPDATE of the batch's first event of the chat (re-run at
-// once on its own, it re-reads the chat). Rows are taken in id order (the
-// primary-key scan sorts the id list); a chat's events share a partition
-// (the key is the LeadId), so batches of two partitions do not meet on it.
+// once on its own, it re-reads the chat). The rows are locked first, in id
+// order, by a sub-select (FOR NO KEY UPDATE, as the per-message UPDATE
+// takes: it does not block the foreign-key checks of inserts referencing
+// chats); the UPDATE's own scan would lock them in whatever order its plan
+// reads them. A chat's events share a partition (the key is the LeadId),
+// but an old owner still draining and the new one may overlap.
 func (b *batch) claimChats(ctx context.Context) error {
 	if len(b.claims) == 0 {
 		return nil
@@ -278,7 +283,8 @@ func (b *batch) claimChats(ctx context.Context) error {
 			sb.Ident(chat.FieldRowVersion).WriteString(" + ").Join(caseOf(func(cl *claim) any { return cl.n }))
 		})).
 		Where(sql.And(
-			sql.In(chat.FieldID, in...),
+			sql.In(chat.FieldID, sql.Dialect(dialect.Postgres).Select(chat.FieldID).From(sql.Table(chat.Table)).
+				Where(sql.In(chat.FieldID, in...)).OrderBy(chat.FieldID).For(sql.LockNoKeyUpdate)),
 			sql.P(func(sb *sql.Builder) {
 				sb.Ident(chat.FieldRowVersion).WriteString(" = ").Join(caseOf(func(cl *claim) any { return cl.read }))
 			}),
