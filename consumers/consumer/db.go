@@ -94,8 +94,6 @@ type pqConn interface {
 	driver.Pinger
 }
 
-func (c *textJSONConn) pq() pqConn { return c.pc }
-
 // CheckNamedValue sends json.RawMessage as text and leaves everything else
 // to lib/pq.
 func (c *textJSONConn) CheckNamedValue(nv *driver.NamedValue) error {
@@ -115,27 +113,27 @@ func (c *textJSONConn) CheckNamedValue(nv *driver.NamedValue) error {
 		}
 		return nil
 	}
-	return c.pq().CheckNamedValue(nv)
+	return c.pc.CheckNamedValue(nv)
 }
 
 func (c *textJSONConn) BeginTx(ctx context.Context, opts driver.TxOptions) (driver.Tx, error) {
-	return c.pq().BeginTx(ctx, opts)
+	return c.pc.BeginTx(ctx, opts)
 }
 
 func (c *textJSONConn) PrepareContext(ctx context.Context, query string) (driver.Stmt, error) {
-	return c.pq().PrepareContext(ctx, query)
+	return c.pc.PrepareContext(ctx, query)
 }
 
 func (c *textJSONConn) QueryContext(ctx context.Context, query string, args []driver.NamedValue) (driver.Rows, error) {
-	return c.pq().QueryContext(ctx, query, args)
+	return c.pc.QueryContext(ctx, query, args)
 }
 
 func (c *textJSONConn) ExecContext(ctx context.Context, query string, args []driver.NamedValue) (driver.Result, error) {
-	return c.pq().ExecContext(ctx, query, args)
+	return c.pc.ExecContext(ctx, query, args)
 }
 
-func (c *textJSONConn) ResetSession(ctx context.Context) error { return c.pq().ResetSession(ctx) }
+func (c *textJSONConn) ResetSession(ctx context.Context) error { return c.pc.ResetSession(ctx) }
 
-func (c *textJSONConn) IsValid() bool { return c.pq().IsValid() }
+func (c *textJSONConn) IsValid() bool { return c.pc.IsValid() }
 
-func (c *textJSONConn) Ping(ctx context.Context) error { return c.pq().Ping(ctx) }
+func (c *textJSONConn) Ping(ctx context.Context) error { return c.pc.Ping(ctx) }

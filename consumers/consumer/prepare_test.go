@@ -295,6 +295,35 @@ func runBatch(t *testing.T, n int, partition int32, build func(prometheus.Regist
 	return r
 }
 
+// produceOneAmong produces n probe messages of leadID on partition 1, the
+// one at offset k with mode; it returns that one's MessageId.
+func (e *env) produceOneAmong(leadID uuid.UUID, n, k int, mode string) uuid.UUID {
+	e.t.Helper()
+	var special uuid.UUID
+	for i := 0; i < n; i++ {
+		m := ""
+		if i == k {
+			m = mode
+		}
+		id, v := envelope(leadID, m)
+		if i == k {
+			special = id
+		}
+		e.produce(1, v)
+	}
+	return special
+}
+
+// checkOutcomes checks pin_consumer_messages_total by outcome.
+func checkOutcomes(t *testing.T, r *consumertest.Running, want map[consumer.Outcome]int) {
+	t.Helper()
+	for out, n := range want {
+		if got := r.Counter("pin_consumer_messages_total", map[string]string{"outcome": string(out)}); got != float64(n) {
+			t.Errorf("messages_total{%s} = %v, want %d", out, got, n)
+		}
+	}
+}
+
 // A batch inserts its marks last. A redelivered message whose mark exists
 // is taken out and the batch run again without it: the message is
 // acknowledged as a duplicate with no second effect, and the others are
@@ -304,16 +333,10 @@ func TestABatchTakesOutAProcessedMessageAndCommitsTheRest(t *testing.T) {
 	e := newEnv(t)
 	leadID := e.lead()
 	const n = 8
-	var processed uuid.UUID
-	for i := 0; i < n; i++ {
-		id, v := envelope(leadID, "")
-		if i == 3 { // processed before a crash, its offset never committed
-			processed = id
-			e.markProcessed(id, 1, int64(i))
-			applyProbe(t, e.db, leadID) // the probe handler's effect
-		}
-		e.produce(1, v)
-	}
+	processed := e.produceOneAmong(leadID, n, 3, "")
+	// processed before a crash, its offset never committed
+	e.markProcessed(processed, 1, 3)
+	applyProbe(t, e.db, leadID) // the probe handler's effect
 	p := &preparing{}
 	r := consumertest.Start(t, e.cluster.Bootstrap, e.url, p.service, consumertest.Options{})
 	e.waitCommitted(n)
@@ -321,12 +344,7 @@ func TestABatchTakesOutAProcessedMessageAndCommitsTheRest(t *testing.T) {
 	if got := e.events(leadID); got != n {
 		t.Fatalf("lead_events = %d, want %d (the processed message's effect once)", got, n)
 	}
-	if got := r.Counter("pin_consumer_messages_total", map[string]string{"outcome": "skipped-duplicate"}); got != 1 {
-		t.Fatalf("skipped-duplicate = %v, want 1", got)
-	}
-	if got := r.Counter("pin_consumer_messages_total", map[string]string{"outcome": "applied"}); got != n-1 {
-		t.Fatalf("applied = %v, want %d", got, n-1)
-	}
+	checkOutcomes(t, r, map[consumer.Outcome]int{consumer.SkippedDuplicate: 1, consumer.Applied: n - 1})
 	if got := p.untagged.Load(); got != 0 {
 		t.Fatalf("%d handler runs on their own, want 0: the batch runs again without the duplicate", got)
 	}
@@ -356,27 +374,13 @@ func TestAProcessedMessageFailingInABatchIsADuplicateNotADeadLetter(t *testing.T
 	e := newEnv(t)
 	leadID := e.lead()
 	const n = 5
-	for i := 0; i < n; i++ {
-		mode := ""
-		if i == 2 {
-			mode = "invalid" // fails whenever its handler runs
-		}
-		id, v := envelope(leadID, mode)
-		if i == 2 {
-			e.markProcessed(id, 1, int64(i))
-		}
-		e.produce(1, v)
-	}
+	id := e.produceOneAmong(leadID, n, 2, "invalid") // fails whenever its handler runs
+	e.markProcessed(id, 1, 2)
 	p := &preparing{}
 	r := consumertest.Start(t, e.cluster.Bootstrap, e.url, p.service, consumertest.Options{})
 	e.waitCommitted(n)
 
-	if got := r.Counter("pin_consumer_messages_total", map[string]string{"outcome": "dead-lettered"}); got != 0 {
-		t.Fatalf("dead-lettered = %v, want 0", got)
-	}
-	if got := r.Counter("pin_consumer_messages_total", map[string]string{"outcome": "skipped-duplicate"}); got != 1 {
-		t.Fatalf("skipped-duplicate = %v, want 1", got)
-	}
+	checkOutcomes(t, r, map[consumer.Outcome]int{consumer.DeadLettered: 0, consumer.SkippedDuplicate: 1})
 	if got := e.events(leadID); got != n-1 {
 		t.Fatalf("lead_events = %d, want %d", got, n-1)
 	}
@@ -391,14 +395,7 @@ func TestABatchRacingAnUncommittedMarkWaitsAndSkipsTheMessage(t *testing.T) {
 	e := newEnv(t)
 	leadID := e.lead()
 	const n = 6
-	var raced uuid.UUID
-	for i := 0; i < n; i++ {
-		id, v := envelope(leadID, "")
-		if i == 4 {
-			raced = id
-		}
-		e.produce(1, v)
-	}
+	raced := e.produceOneAmong(leadID, n, 4, "")
 	racer := e.holdMark(raced, 1, 4)
 	applyProbe(t, racer, leadID) // the probe handler's effect
 	p := &preparing{}
@@ -412,9 +409,7 @@ func TestABatchRacingAnUncommittedMarkWaitsAndSkipsTheMessage(t *testing.T) {
 	if got := e.events(leadID); got != n {
 		t.Fatalf("lead_events = %d, want %d (the raced message's effect once)", got, n)
 	}
-	if got := r.Counter("pin_consumer_messages_total", map[string]string{"outcome": "skipped-duplicate"}); got != 1 {
-		t.Fatalf("skipped-duplicate = %v, want 1", got)
-	}
+	checkOutcomes(t, r, map[consumer.Outcome]int{consumer.SkippedDuplicate: 1})
 }
 
 // A message whose handler fails in a batch while another processor holds
@@ -425,18 +420,7 @@ func TestAFailureInABatchWaitsForAnUncommittedHolderOfTheKey(t *testing.T) {
 	e := newEnv(t)
 	leadID := e.lead()
 	const n = 4
-	var held uuid.UUID
-	for i := 0; i < n; i++ {
-		mode := ""
-		if i == 1 {
-			mode = "invalid" // fails on the state the holder has not committed yet
-		}
-		id, v := envelope(leadID, mode)
-		if i == 1 {
-			held = id
-		}
-		e.produce(1, v)
-	}
+	held := e.produceOneAmong(leadID, n, 1, "invalid") // fails on the state the holder has not committed yet
 	holder := e.holdMark(held, 1, 1)
 	p := &preparing{}
 	r := consumertest.Start(t, e.cluster.Bootstrap, e.url, p.service, consumertest.Options{})
@@ -446,12 +430,8 @@ func TestAFailureInABatchWaitsForAnUncommittedHolderOfTheKey(t *testing.T) {
 	}
 	e.waitCommitted(n)
 
-	if got := r.Counter("pin_consumer_messages_total", map[string]string{"outcome": "dead-lettered"}); got != 0 {
-		t.Fatalf("dead-lettered = %v, want 0: the holder processed the message", got)
-	}
-	if got := r.Counter("pin_consumer_messages_total", map[string]string{"outcome": "skipped-duplicate"}); got != 1 {
-		t.Fatalf("skipped-duplicate = %v, want 1", got)
-	}
+	// Not dead-lettered: the holder processed the message.
+	checkOutcomes(t, r, map[consumer.Outcome]int{consumer.DeadLettered: 0, consumer.SkippedDuplicate: 1})
 	if got := e.events(leadID); got != n-1 {
 		t.Fatalf("lead_events = %d, want %d", got, n-1)
 	}
@@ -465,14 +445,7 @@ func TestABatchWhoseMarksLoseADeadlockRunsAgainAsABatch(t *testing.T) {
 	e := newEnv(t)
 	leadID := e.lead()
 	const n = 5
-	var held uuid.UUID
-	for i := 0; i < n; i++ {
-		id, v := envelope(leadID, "")
-		if i == 2 {
-			held = id
-		}
-		e.produce(1, v)
-	}
+	held := e.produceOneAmong(leadID, n, 2, "")
 	holder := e.holdMark(held, 1, 2)
 	p := &preparing{}
 	r := consumertest.Start(t, e.cluster.Bootstrap, e.url, p.service, consumertest.Options{})
@@ -500,7 +473,5 @@ func TestABatchWhoseMarksLoseADeadlockRunsAgainAsABatch(t *testing.T) {
 	if got := e.events(leadID); got != n {
 		t.Fatalf("lead_events = %d, want %d (the held message's effect once)", got, n)
 	}
-	if got := r.Counter("pin_consumer_messages_total", map[string]string{"outcome": "skipped-duplicate"}); got != 1 {
-		t.Fatalf("skipped-duplicate = %v, want 1", got)
-	}
+	checkOutcomes(t, r, map[consumer.Outcome]int{consumer.SkippedDuplicate: 1})
 }
