@@ -61,6 +61,7 @@ type benchOptions struct {
 	events   int
 	only     string
 	paced    time.Duration
+	rate     float64
 	chats    int
 	leads    int
 	sqlTime  time.Duration
@@ -92,6 +93,7 @@ func runBench(ctx context.Context, args []string) error {
 	fs.IntVar(&o.events, "events", 100000, "events per consumer (N)")
 	fs.StringVar(&o.only, "only", "", "comma-separated services to run (rewards, messenger, crm); default all")
 	fs.DurationVar(&o.paced, "paced", 15*time.Second, "duration of the paced run at half the measured rate")
+	fs.Float64Var(&o.rate, "paced-rate", 0, "events/s of the paced run instead of half the measured rate: the same load for every binary of an A/B comparison")
 	fs.IntVar(&o.chats, "chats", 0, "lead chats of the messenger load (0: max(100, N/20), about 20 snapshots per chat)")
 	fs.IntVar(&o.leads, "leads", 1000, "Active CRM leads the crm load shares over")
 	fs.DurationVar(&o.sqlTime, "sql-time", 90*time.Second, "time bound of a pgbench run when N transactions would take longer")
@@ -115,6 +117,9 @@ func runBench(ctx context.Context, args []string) error {
 	}
 	if o.paced <= 0 {
 		return usageError("bench: --paced must be > 0")
+	}
+	if o.rate < 0 {
+		return usageError("bench: --paced-rate must be ≥ 0")
 	}
 	if o.chats <= 0 {
 		o.chats = max(100, o.events/20)
@@ -407,8 +412,10 @@ type consumerRun struct {
 
 type pacedRun struct {
 	TargetEPS float64 `json:"target_events_per_s"`
+	FixedRate bool    `json:"fixed_rate,omitempty"` // --paced-rate, not half the measured rate
 	ActualEPS float64 `json:"produced_events_per_s"`
 	Events    int     `json:"events"`
+	CPU       *cpuUse `json:"cpu,omitempty"` // first produce → last offset commit (absent before 2026-11-30 evening)
 	// produce → the event's database commit: the time of the consumer's
 	// outcome log line, written right after the commit.
 	DBp50ms float64 `json:"db_commit_p50_ms"`
@@ -507,8 +514,8 @@ func (b *bench) runService(ctx context.Context, t demo.Topic) (*serviceResult, e
 	if err != nil {
 		return nil, err
 	}
-	b.say("  paced at %.0f events/s for %s …", r.Consumer.AssignedEPS/2, b.paced)
-	recs, obs, err := b.pacedRun(ctx, w, next, r)
+	b.say("  paced at %.0f events/s for %s …", b.pacedRate(r), b.paced)
+	recs, obs, err := b.pacedRun(ctx, pr.cmd.Process.Pid, w, next, r)
 	if err != nil {
 		return nil, err
 	}
@@ -722,13 +729,23 @@ func scrapeMetrics(addr string) (map[string]float64, error) {
 	return out, sc.Err()
 }
 
-// pacedRun produces at half the measured rate for --paced and samples the
-// committed offsets every 5 ms until every paced message is committed.
-func (b *bench) pacedRun(ctx context.Context, w *offsetWatcher, next func() demo.Event, r *serviceResult) ([]produced, [][]commitObs, error) {
-	rate := r.Consumer.AssignedEPS / 2
+// pacedRate is the paced run's rate: half the measured one, or --paced-rate.
+func (b *bench) pacedRate(r *serviceResult) float64 {
+	if b.rate > 0 {
+		return b.rate
+	}
+	return r.Consumer.AssignedEPS / 2
+}
+
+// pacedRun produces at pacedRate for --paced and samples the committed
+// offsets every 5 ms until every paced message is committed. The CPU
+// figures cover the same span: first produce to last commit.
+func (b *bench) pacedRun(ctx context.Context, pid int, w *offsetWatcher, next func() demo.Event, r *serviceResult) ([]produced, [][]commitObs, error) {
+	rate := b.pacedRate(r)
 	count := max(1, int(rate*b.paced.Seconds()))
-	r.Paced.TargetEPS, r.Paced.Events = rate, count
+	r.Paced.TargetEPS, r.Paced.Events, r.Paced.FixedRate = rate, count, b.rate > 0
 	s := startCommitSampler(w, 5*time.Millisecond)
+	cpu0, cpu0At := takeCPU(pid, b.postmaster), time.Now()
 	recs, err := pacedProduce(ctx, b.brokers, next, count, rate)
 	if err != nil {
 		s.close()
@@ -751,6 +768,8 @@ func (b *bench) pacedRun(ctx context.Context, w *offsetWatcher, next func() demo
 			}
 		}
 		if done {
+			cpu1, cpu1At := takeCPU(pid, b.postmaster), time.Now()
+			r.Paced.CPU = new(cpuBetween(cpu0, cpu1, cpu1At.Sub(cpu0At).Seconds(), runtime.NumCPU()))
 			break
 		}
 		if time.Now().After(deadline) {
@@ -1041,7 +1060,11 @@ func (b *bench) table(r *serviceResult) {
 		thousands(c.AssignedEPS), thousands(c.EPS), c.Seconds, c.JoinSeconds, thousands(c.SteadyEPS), feed)
 	for i, t := range r.Targets {
 		if i == 2 {
-			fmt.Fprintf(w, "  paced at %s ev/s: %s events\t\t\tproduced at %s ev/s\n", thousands(r.Paced.TargetEPS), thousands(float64(r.Paced.Events)), thousands(r.Paced.ActualEPS))
+			rate := "produced at " + thousands(r.Paced.ActualEPS) + " ev/s"
+			if r.Paced.FixedRate {
+				rate += " (--paced-rate, not half the measured rate)"
+			}
+			fmt.Fprintf(w, "  paced at %s ev/s: %s events\t\t\t%s\n", thousands(r.Paced.TargetEPS), thousands(float64(r.Paced.Events)), rate)
 			fmt.Fprintf(w, "    p50 / p99 produce → database commit\t%s / %s\t\tmax %s\n", fmtMs(r.Paced.DBp50ms), fmtMs(r.Paced.DBp99ms), fmtMs(r.Paced.DBmaxms))
 			fmt.Fprintf(w, "    p50 / p99 produce → offset commit\t%s / %s\t\tmax %s\n", fmtMs(r.Paced.Offp50ms), fmtMs(r.Paced.Offp99ms), fmtMs(r.Paced.Offmaxms))
 		}
@@ -1055,6 +1078,10 @@ func (b *bench) table(r *serviceResult) {
 	w.Flush()
 	fmt.Fprintf(b.out, "  CPU during the max run (cores of %d): consumer %.2f · PostgreSQL %.2f · pinctl+broker %.2f · other processes %.2f\n",
 		c.CPU.Cores, c.CPU.Consumer, c.CPU.Postgres, c.CPU.Pinctl, c.CPU.Others)
+	if p := r.Paced.CPU; p != nil {
+		fmt.Fprintf(b.out, "  CPU during the paced run (cores of %d): consumer %.2f · PostgreSQL %.2f · pinctl+broker %.2f · other processes %.2f\n",
+			p.Cores, p.Consumer, p.Postgres, p.Pinctl, p.Others)
+	}
 	var outs []string
 	for k, v := range c.Outcomes {
 		outs = append(outs, fmt.Sprintf("%s %s", k, thousands(float64(v))))

@@ -24,7 +24,7 @@ func TestBenchEndToEnd(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, filepath.Join(bin, "pinctl"), "bench",
-		"--events", "300", "--only", "rewards", "--paced", "2s", "--sql-time", "10s", "--results", results)
+		"--events", "300", "--only", "rewards", "--paced", "2s", "--paced-rate", "150", "--sql-time", "10s", "--results", results)
 	var env []string
 	for _, kv := range os.Environ() {
 		if !strings.HasPrefix(kv, "KAFKA_") && !strings.HasPrefix(kv, "CONSUMER_") && !strings.HasPrefix(kv, "DATABASE_") {
@@ -76,6 +76,8 @@ func TestBenchEndToEnd(t *testing.T) {
 		{"1-client pgbench rate measured", r.SQL.Clients1.TPS > 0 && r.SQL.Clients1.Failed == 0},
 		{"4-client pgbench rate measured", r.SQL.Clients4.TPS > 0 && r.SQL.Clients4.Failed == 0},
 		{"consumer rate measured", r.Consumer.EPS > 0 && r.Consumer.AssignedEPS > 0},
+		{"paced at --paced-rate", r.Paced.FixedRate && r.Paced.TargetEPS == 150 && r.Paced.Events == 300},
+		{"CPU of the paced run measured", r.Paced.CPU != nil && r.Paced.CPU.Consumer > 0 && r.Paced.CPU.Postgres > 0},
 		{"every paced message has a database commit time", r.Paced.DBn == r.Paced.Events},
 		{"every paced message has an offset commit time", r.Paced.Offn == r.Paced.Events},
 		{"peak RSS read", r.RSSPeakMiB > 0},
@@ -88,6 +90,17 @@ func TestBenchEndToEnd(t *testing.T) {
 		if !c.ok {
 			t.Errorf("%s: no (%+v)", c.what, r)
 		}
+	}
+}
+
+func TestPacedRateIsHalfTheMeasuredOneUnlessGiven(t *testing.T) {
+	r := &serviceResult{}
+	r.Consumer.AssignedEPS = 9000
+	if got := (&bench{}).pacedRate(r); got != 4500 {
+		t.Errorf("default paced rate %v, want 4500", got)
+	}
+	if got := (&bench{benchOptions: benchOptions{rate: 1234}}).pacedRate(r); got != 1234 {
+		t.Errorf("--paced-rate 1234 gave %v", got)
 	}
 }
 
