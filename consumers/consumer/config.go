@@ -27,7 +27,10 @@ type Config struct {
 	StuckAfter   time.Duration // CONSUMER_STUCK_AFTER: /readyz fails when a partition with work made no progress for this long (default 2m)
 	ParkedPoll   time.Duration // CONSUMER_PARKED_POLL: how often parked messages are looked for (default 1s, scaled)
 	DBMaxConns   int           // DATABASE_MAX_CONNS (default 16)
-	Pprof        bool          // CONSUMER_PPROF: serve net/http/pprof under /debug/pprof/ on HTTP_ADDR (default false)
+	// StatementCache (DATABASE_STATEMENT_CACHE): statements each pool
+	// connection keeps prepared (default DefaultStatementCache; 0: none).
+	StatementCache int
+	Pprof          bool // CONSUMER_PPROF: serve net/http/pprof under /debug/pprof/ on HTTP_ADDR (default false)
 	// MaxTransactions (CONSUMER_MAX_TRANSACTIONS) caps the partition
 	// transactions that run at once (default 0: no cap, each assigned
 	// partition runs its own). A worker waits for a turn before it gathers
@@ -65,6 +68,7 @@ func ConfigFromEnv(environ []string, defaultHTTP string) (Config, error) {
 		StuckAfter:     2 * time.Minute,
 		ParkedPoll:     time.Second,
 		DBMaxConns:     16,
+		StatementCache: DefaultStatementCache,
 	}
 	var errs []error
 	fail := func(name string, err error) { errs = append(errs, &ConfigError{Var: name, Err: err}) }
@@ -123,6 +127,14 @@ func ConfigFromEnv(environ []string, defaultHTTP string) (Config, error) {
 	intVar("CONSUMER_QUEUE_SIZE", &c.QueueSize)
 	intVar("DATABASE_MAX_CONNS", &c.DBMaxConns)
 	intVar("CONSUMER_MAX_TRANSACTIONS", &c.MaxTransactions)
+	if v := env["DATABASE_STATEMENT_CACHE"]; v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 0 {
+			fail("DATABASE_STATEMENT_CACHE", fmt.Errorf("%q is not a whole number ≥ 0", v))
+		} else {
+			c.StatementCache = n
+		}
+	}
 	durVar("CONSUMER_DRAIN_TIMEOUT", &c.DrainTimeout)
 	durVar("CONSUMER_STUCK_AFTER", &c.StuckAfter)
 	durVar("CONSUMER_PARKED_POLL", &c.ParkedPoll)

@@ -54,6 +54,18 @@ func TestConfigFromEnv(t *testing.T) {
 			t.Fatalf("CONSUMER_MAX_TRANSACTIONS=2: %d, %v", c.MaxTransactions, err)
 		}
 	})
+	t.Run("statement cache", func(t *testing.T) {
+		c, err := ConfigFromEnv(base, "")
+		if err != nil || c.StatementCache != DefaultStatementCache {
+			t.Fatalf("default %d, %v: want %d", c.StatementCache, err, DefaultStatementCache)
+		}
+		if c, err = ConfigFromEnv(append(base, "DATABASE_STATEMENT_CACHE=0"), ""); err != nil || c.StatementCache != 0 {
+			t.Fatalf("DATABASE_STATEMENT_CACHE=0: %d, %v", c.StatementCache, err)
+		}
+		if _, err := ConfigFromEnv(append(base, "DATABASE_STATEMENT_CACHE=-1"), ""); err == nil || !strings.Contains(err.Error(), "DATABASE_STATEMENT_CACHE") {
+			t.Fatalf("DATABASE_STATEMENT_CACHE=-1: %v, want an error naming it", err)
+		}
+	})
 	t.Run("confluent-kafka-go's go.* properties are typed", func(t *testing.T) {
 		c, err := ConfigFromEnv(append(base, "KAFKA_GO_EVENTS_CHANNEL_SIZE=100", "KAFKA_GO_LOGS_CHANNEL_ENABLE=false", "KAFKA_SASL_USERNAME=12345"), "")
 		if err != nil {

@@ -1,6 +1,7 @@
 package consumer
 
 import (
+	"container/list"
 	"context"
 	"database/sql"
 	"database/sql/driver"
@@ -9,9 +10,26 @@ import (
 	"net/url"
 	"regexp"
 	"strings"
+	"sync/atomic"
 
 	"github.com/lib/pq"
+	"github.com/prometheus/client_golang/prometheus"
 )
+
+// DBOptions are the pool's settings beyond DATABASE_URL.
+type DBOptions struct {
+	// StatementCache is how many statements each connection keeps
+	// prepared (DATABASE_STATEMENT_CACHE; 0: none, every statement is
+	// parsed and planned anew). See stmtcache.go.
+	StatementCache int
+	// Metrics, when set, gets the statement cache's counters.
+	Metrics prometheus.Registerer
+}
+
+// DefaultStatementCache is DATABASE_STATEMENT_CACHE's default: room for a
+// consumer's statements at every batch size (the IN lists of a batch
+// change a statement's text with its size) on each connection.
+const DefaultStatementCache = 512
 
 // OpenDB opens the consumers' PostgreSQL pool for dsn (DATABASE_URL).
 //
@@ -28,7 +46,14 @@ import (
 // JSON field (lead_events.payload, parked_messages.headers) as a
 // json.RawMessage, so the pool's connections send json.RawMessage as text,
 // which PostgreSQL parses as JSON whatever the column's type.
-func OpenDB(dsn string) (*sql.DB, error) {
+//
+// Prepared statements answer in text like unnamed ones
+// (disable_prepared_binary_result): what a column scans into does not
+// depend on whether its statement was cached.
+func OpenDB(dsn string, o DBOptions) (*sql.DB, error) {
+	if o.StatementCache < 0 {
+		return nil, fmt.Errorf("statement cache %d < 0", o.StatementCache)
+	}
 	cfg, err := pq.NewConfig(dsn)
 	if err != nil {
 		return nil, err
@@ -36,11 +61,16 @@ func OpenDB(dsn string) (*sql.DB, error) {
 	if !setsBinaryParameters(dsn) {
 		cfg.BinaryParameters = true
 	}
+	cfg.DisablePreparedBinaryResult = true
 	c, err := pq.NewConnectorConfig(cfg)
 	if err != nil {
 		return nil, err
 	}
-	return sql.OpenDB(jsonAsText{c}), nil
+	j := &jsonAsText{c: c, cache: o.StatementCache}
+	if j.cache > 0 {
+		j.m = newStmtMetrics(o.Metrics)
+	}
+	return sql.OpenDB(j), nil
 }
 
 // setsBinaryParameters reports whether dsn, a URL or a key=value string,
@@ -56,10 +86,15 @@ func setsBinaryParameters(dsn string) bool {
 var kvBinaryParameters = regexp.MustCompile(`(^|\s)binary_parameters\s*=`)
 
 // jsonAsText is a connector whose connections send json.RawMessage
-// arguments as text.
-type jsonAsText struct{ c driver.Connector }
+// arguments as text and keep a statement cache of cache statements.
+type jsonAsText struct {
+	c     driver.Connector
+	cache int
+	m     *stmtMetrics
+	epoch atomic.Uint64 // see stmtCache.epoch
+}
 
-func (j jsonAsText) Connect(ctx context.Context) (driver.Conn, error) {
+func (j *jsonAsText) Connect(ctx context.Context) (driver.Conn, error) {
 	c, err := j.c.Connect(ctx)
 	if err != nil {
 		return nil, err
@@ -69,17 +104,23 @@ func (j jsonAsText) Connect(ctx context.Context) (driver.Conn, error) {
 		_ = c.Close()
 		return nil, fmt.Errorf("lib/pq connection %T lacks an interface the consumers rely on", c)
 	}
-	return &textJSONConn{Conn: c, pc: pc}, nil
+	tc := &textJSONConn{Conn: c, pc: pc}
+	if j.cache > 0 {
+		tc.cache = &stmtCache{max: j.cache, lru: list.New(), bySQL: map[string]*list.Element{},
+			m: j.m, epoch: &j.epoch, gen: j.epoch.Load()}
+	}
+	return tc, nil
 }
 
-func (j jsonAsText) Driver() driver.Driver { return j.c.Driver() }
+func (j *jsonAsText) Driver() driver.Driver { return j.c.Driver() }
 
 // textJSONConn is a lib/pq connection with its own CheckNamedValue. It
 // forwards every optional interface lib/pq implements; database/sql would
 // otherwise fall back to slower paths (prepared statements for every query).
 type textJSONConn struct {
 	driver.Conn
-	pc pqConn
+	pc    pqConn
+	cache *stmtCache // nil: DATABASE_STATEMENT_CACHE=0
 }
 
 // pqConn is what lib/pq's connection implements beyond driver.Conn.
@@ -125,10 +166,26 @@ func (c *textJSONConn) PrepareContext(ctx context.Context, query string) (driver
 }
 
 func (c *textJSONConn) QueryContext(ctx context.Context, query string, args []driver.NamedValue) (driver.Rows, error) {
+	if c.cache != nil {
+		if c.cache.open {
+			return nil, errQueryInProgress
+		}
+		if len(args) > 0 {
+			return c.cachedQuery(ctx, query, args)
+		}
+	}
 	return c.pc.QueryContext(ctx, query, args)
 }
 
 func (c *textJSONConn) ExecContext(ctx context.Context, query string, args []driver.NamedValue) (driver.Result, error) {
+	if c.cache != nil {
+		if c.cache.open {
+			return nil, errQueryInProgress
+		}
+		if len(args) > 0 {
+			return c.cachedExec(ctx, query, args)
+		}
+	}
 	return c.pc.ExecContext(ctx, query, args)
 }
 

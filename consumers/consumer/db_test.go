@@ -5,6 +5,7 @@ import (
 	"context"
 	"database/sql"
 	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -37,10 +38,19 @@ func binaryParameters(t *testing.T, db *sql.DB) bool {
 // (jsonb from ent's JSON fields, bytea, uuid, uuid[] through ent, times)
 // with binary_parameters on, and leaves it off when DATABASE_URL says so.
 func TestOpenDBSendsOneRoundTripStatementsAndKeepsJSONAndBytesIntact(t *testing.T) {
+	for _, cache := range []int{0, consumer.DefaultStatementCache} {
+		t.Run(fmt.Sprintf("statement cache %d", cache), func(t *testing.T) {
+			t.Parallel()
+			roundTripsEveryColumnKind(t, cache)
+		})
+	}
+}
+
+func roundTripsEveryColumnKind(t *testing.T, cache int) {
 	url := pgtest.NewDB(t)
 	ctx := context.Background()
 
-	db, err := consumer.OpenDB(url)
+	db, err := consumer.OpenDB(url, consumer.DBOptions{StatementCache: cache})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -103,7 +113,7 @@ func TestOpenDBSendsOneRoundTripStatementsAndKeepsJSONAndBytesIntact(t *testing.
 	if strings.Contains(url, "?") {
 		sep = "&"
 	}
-	off, err := consumer.OpenDB(url + sep + "binary_parameters=no")
+	off, err := consumer.OpenDB(url+sep+"binary_parameters=no", consumer.DBOptions{StatementCache: cache})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -130,7 +140,7 @@ func TestPlainBinaryParametersBreakEntJSON(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "jsonb") {
 		t.Fatalf("plain lib/pq with binary_parameters sent JSON as jsonb binary without an error (%v): the wrapper may be unneeded now", err)
 	}
-	ok, err := consumer.OpenDB(url)
+	ok, err := consumer.OpenDB(url, consumer.DBOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -135,6 +135,9 @@ func isInfrastructure(err error) bool {
 	if errors.As(err, &ne) {
 		return true
 	}
+	if resultTypeChanged(err) { // a column's type altered: the retry prepares anew (stmtcache.go)
+		return true
+	}
 	var pqErr *pq.Error
 	if errors.As(err, &pqErr) {
 		switch pqErr.Code.Class() {

@@ -57,7 +57,7 @@ func Main(ctx context.Context, environ []string, stderr io.Writer, defaultHTTP s
 	}
 	defer shutdownTracing()
 
-	db, err := OpenDB(cfg.DatabaseURL)
+	db, err := OpenDB(cfg.DatabaseURL, DBOptions{StatementCache: cfg.StatementCache, Metrics: reg})
 	if err != nil {
 		fmt.Fprintf(stderr, "configuration: DATABASE_URL: %v\n", err)
 		return ExitConfig

@@ -81,12 +81,12 @@ func Start(t testing.TB, brokers, dbURL string, build func(prometheus.Registerer
 	if o.HTTP {
 		cfg.HTTPAddr = "127.0.0.1:0"
 	}
-	db, err := consumer.OpenDB(dbURL)
+	reg := prometheus.NewRegistry()
+	db, err := consumer.OpenDB(dbURL, consumer.DBOptions{StatementCache: consumer.DefaultStatementCache, Metrics: reg})
 	if err != nil {
 		t.Fatalf("consumertest: %v", err)
 	}
 	client := ent.NewClient(ent.Driver(entsql.OpenDB(dialect.Postgres, db)))
-	reg := prometheus.NewRegistry()
 	svc := build(reg)
 	log := zerolog.New(zerolog.ConsoleWriter{Out: os.Stderr, NoColor: true}).Level(zerolog.InfoLevel).With().Timestamp().Logger()
 	if testing.Verbose() {

@@ -1,0 +1,4 @@
+package consumer
+
+// IsInfrastructure exposes isInfrastructure to the external tests.
+var IsInfrastructure = isInfrastructure

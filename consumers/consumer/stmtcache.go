@@ -1,0 +1,183 @@
+package consumer
+
+import (
+	"container/list"
+	"context"
+	"database/sql/driver"
+	"errors"
+	"sync/atomic"
+
+	"github.com/lib/pq"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// The statement cache: each connection of the pool keeps the statements it
+// ran last prepared on the server (DATABASE_STATEMENT_CACHE of them, least
+// recently used evicted), as pgx does by default. A statement with
+// arguments then costs PostgreSQL a Bind and an Execute, not a Parse, an
+// analysis and a plan: in a profile of rewards under load these were a
+// third of PostgreSQL's CPU (bench/README.md, "Prepared statements").
+// A statement without arguments (BEGIN, COMMIT, a plain query) still goes
+// through the simple protocol.
+//
+// PostgreSQL re-plans a prepared statement by itself when a table it uses
+// changes. The one change it refuses is a new result type ("cached plan
+// must not change result type", a column's type altered under a running
+// consumer): that statement fails once, every connection drops its
+// prepared statements (DEALLOCATE ALL before its next one), and the error
+// counts as an infrastructure one (isInfrastructure), so the message is
+// retried, not dead-lettered.
+//
+// Behind a pooler in transaction mode (PgBouncer before 1.21, without
+// max_prepared_statements) a server connection's prepared statements are
+// not the client's: set DATABASE_STATEMENT_CACHE=0 there.
+
+// stmtCache is one connection's prepared statements. A driver.Conn is used
+// by one goroutine at a time, so it needs no lock.
+type stmtCache struct {
+	max   int
+	lru   *list.List // of *cachedStmt, most recently used first
+	bySQL map[string]*list.Element
+	gen   uint64 // the shared generation its statements belong to
+	open  bool   // rows of a cached statement not closed yet
+	m     *stmtMetrics
+	epoch *atomic.Uint64 // the pool's generation, raised on a result-type change
+}
+
+type cachedStmt struct {
+	query string
+	st    driver.Stmt
+}
+
+// stmtMetrics are the pool's statement cache counters.
+type stmtMetrics struct {
+	hits, misses, evictions, resets prometheus.Counter
+}
+
+func newStmtMetrics(reg prometheus.Registerer) *stmtMetrics {
+	c := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "pin_consumer_db_statement_cache_total",
+		Help: "Statements with arguments by what the connection's statement cache did: hit (ran prepared), miss (prepared now), evicted (closed to make room), reset (every statement dropped after a result-type change).",
+	}, []string{"result"})
+	if reg != nil {
+		reg.MustRegister(c)
+	}
+	return &stmtMetrics{
+		hits: c.WithLabelValues("hit"), misses: c.WithLabelValues("miss"),
+		evictions: c.WithLabelValues("evicted"), resets: c.WithLabelValues("reset"),
+	}
+}
+
+// errQueryInProgress is lib/pq's answer to a statement sent while the rows
+// of the last one are still open. Its own check does not see the rows of a
+// prepared statement, so with a cache the connection checks itself.
+var errQueryInProgress = errors.New("pq: there is already a query being processed")
+
+// stmt returns the prepared statement for query, preparing it (and
+// evicting the least recently used one) when the connection has none.
+func (c *textJSONConn) stmt(ctx context.Context, query string) (driver.Stmt, error) {
+	sc := c.cache
+	if g := sc.epoch.Load(); g != sc.gen {
+		// A result type changed somewhere: drop everything this
+		// connection prepared. Not transactional, so fine inside one.
+		if sc.lru.Len() > 0 {
+			if _, err := c.pc.ExecContext(ctx, "DEALLOCATE ALL", nil); err != nil {
+				return nil, err
+			}
+			sc.lru.Init()
+			clear(sc.bySQL)
+		}
+		sc.gen = g
+	}
+	if e, ok := sc.bySQL[query]; ok {
+		sc.lru.MoveToFront(e)
+		sc.m.hits.Inc()
+		return e.Value.(*cachedStmt).st, nil
+	}
+	if sc.lru.Len() >= sc.max {
+		e := sc.lru.Back()
+		cs := e.Value.(*cachedStmt)
+		if err := cs.st.Close(); err != nil {
+			return nil, err
+		}
+		sc.lru.Remove(e)
+		delete(sc.bySQL, cs.query)
+		sc.m.evictions.Inc()
+	}
+	st, err := c.pc.PrepareContext(ctx, query)
+	if err != nil {
+		return nil, err
+	}
+	sc.bySQL[query] = sc.lru.PushFront(&cachedStmt{query, st})
+	sc.m.misses.Inc()
+	return st, nil
+}
+
+// resultTypeChanged reports PostgreSQL's refusal to run a prepared
+// statement whose result columns changed type since it was prepared.
+func resultTypeChanged(err error) bool {
+	var pqErr *pq.Error
+	return errors.As(err, &pqErr) && pqErr.Code == "0A000" && pqErr.Message == "cached plan must not change result type"
+}
+
+// failed drops the pool's prepared statements after a result-type change.
+func (c *textJSONConn) failed(err error) error {
+	if resultTypeChanged(err) {
+		c.cache.epoch.Add(1)
+		c.cache.m.resets.Inc()
+	}
+	return err
+}
+
+func (c *textJSONConn) cachedQuery(ctx context.Context, query string, args []driver.NamedValue) (driver.Rows, error) {
+	st, err := c.stmt(ctx, query)
+	if err != nil {
+		return nil, err
+	}
+	rows, err := st.(driver.StmtQueryContext).QueryContext(ctx, args)
+	if err != nil {
+		return nil, c.failed(err)
+	}
+	pr, ok := rows.(pqRows)
+	if !ok { // a lib/pq whose rows lack one of them: a build problem
+		_ = rows.Close()
+		return nil, errors.New("lib/pq rows lack an interface the consumers rely on")
+	}
+	c.cache.open = true
+	return &cachedRows{pqRows: pr, c: c.cache}, nil
+}
+
+func (c *textJSONConn) cachedExec(ctx context.Context, query string, args []driver.NamedValue) (driver.Result, error) {
+	st, err := c.stmt(ctx, query)
+	if err != nil {
+		return nil, err
+	}
+	res, err := st.(driver.StmtExecContext).ExecContext(ctx, args)
+	if err != nil {
+		return nil, c.failed(err)
+	}
+	return res, nil
+}
+
+// pqRows is what lib/pq's rows implement; database/sql looks for each of
+// these interfaces on the rows it is given.
+type pqRows interface {
+	driver.Rows
+	driver.RowsNextResultSet
+	driver.RowsColumnTypeScanType
+	driver.RowsColumnTypeDatabaseTypeName
+	driver.RowsColumnTypeLength
+	driver.RowsColumnTypePrecisionScale
+}
+
+// cachedRows are the rows of a cached statement: closing them lets the
+// connection send its next statement.
+type cachedRows struct {
+	pqRows
+	c *stmtCache
+}
+
+func (r *cachedRows) Close() error {
+	r.c.open = false
+	return r.pqRows.Close()
+}

@@ -1,0 +1,239 @@
+package consumer_test
+
+import (
+	"context"
+	"database/sql"
+	"strings"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/pin-platform/consumers/consumers/consumer"
+	"github.com/pin-platform/consumers/migrate/pgtest"
+)
+
+// cachePool opens a pool with a statement cache of n and its metrics.
+func cachePool(t *testing.T, url string, n int) (*sql.DB, *prometheus.Registry) {
+	t.Helper()
+	reg := prometheus.NewRegistry()
+	db, err := consumer.OpenDB(url, consumer.DBOptions{StatementCache: n, Metrics: reg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = db.Close() })
+	return db, reg
+}
+
+func cacheCount(t *testing.T, reg *prometheus.Registry, result string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != "pin_consumer_db_statement_cache_total" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "result" && l.GetValue() == result {
+					return m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	return 0
+}
+
+// prepared lists the statements the connection has prepared, with how
+// often each ran (a query without arguments, so not cached itself).
+func prepared(t *testing.T, c *sql.Conn) map[string]int64 {
+	t.Helper()
+	rows, err := c.QueryContext(context.Background(), `SELECT statement, generic_plans + custom_plans FROM pg_prepared_statements`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	out := map[string]int64{}
+	for rows.Next() {
+		var s string
+		var n int64
+		if err := rows.Scan(&s, &n); err != nil {
+			t.Fatal(err)
+		}
+		out[s] = n
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// A statement with arguments is prepared once per connection and run
+// prepared after that; the least recently used one makes room.
+func TestStatementCachePreparesOnceAndEvictsTheLeastRecentlyUsed(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db, reg := cachePool(t, pgtest.NewDB(t), 2)
+	c, err := db.Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	q1, q2, q3 := `SELECT $1::int + 1`, `SELECT $1::int + 2`, `SELECT $1::int + 3`
+	run := func(q string, arg, want int) {
+		t.Helper()
+		var got int
+		if err := c.QueryRowContext(ctx, q, arg).Scan(&got); err != nil || got != want {
+			t.Fatalf("%s with %d: %d, %v; want %d", q, arg, got, err, want)
+		}
+	}
+	for i := range 3 {
+		run(q1, i, i+1)
+	}
+	if p := prepared(t, c); len(p) != 1 || p[q1] != 3 {
+		t.Fatalf("after three runs of one statement, prepared: %v; want it once, run 3 times", p)
+	}
+	if h, m := cacheCount(t, reg, "hit"), cacheCount(t, reg, "miss"); h != 2 || m != 1 {
+		t.Fatalf("hits %v misses %v, want 2 and 1", h, m)
+	}
+
+	run(q2, 1, 3)
+	run(q1, 1, 2) // q1 is now the most recently used: q2 makes room for q3
+	run(q3, 1, 4)
+	if p := prepared(t, c); len(p) != 2 || p[q1] != 4 || p[q3] != 1 {
+		t.Fatalf("prepared: %v; want %q (4 runs) and %q (1), %q evicted", p, q1, q3, q2)
+	}
+	if e := cacheCount(t, reg, "evicted"); e != 1 {
+		t.Fatalf("evicted %v, want 1", e)
+	}
+	var n int64
+	if _, err := c.ExecContext(ctx, `SELECT pg_sleep(0)`); err != nil { // no arguments: the simple protocol
+		t.Fatal(err)
+	}
+	if err := c.QueryRowContext(ctx, `SELECT count(*) FROM pg_prepared_statements WHERE statement LIKE '%pg_sleep%'`).Scan(&n); err != nil || n != 0 {
+		t.Fatalf("a statement without arguments was prepared (%d, %v)", n, err)
+	}
+}
+
+// With DATABASE_STATEMENT_CACHE=0 nothing is prepared.
+func TestStatementCacheOff(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db, _ := cachePool(t, pgtest.NewDB(t), 0)
+	c, err := db.Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	var got int
+	for range 2 {
+		if err := c.QueryRowContext(ctx, `SELECT $1::int`, 7).Scan(&got); err != nil || got != 7 {
+			t.Fatalf("%d, %v", got, err)
+		}
+	}
+	if p := prepared(t, c); len(p) != 0 {
+		t.Fatalf("prepared with the cache off: %v", p)
+	}
+}
+
+// A column's type altered under running connections: the statement fails
+// once, as an infrastructure error (retried, never dead-lettered), and
+// every connection prepares its statements anew.
+func TestStatementCacheRecoversFromAResultTypeChange(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	url := pgtest.NewDB(t)
+	db, reg := cachePool(t, url, 8)
+	admin, err := sql.Open("postgres", url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer admin.Close()
+	if _, err := admin.Exec(`CREATE TABLE stmt_probe (id int PRIMARY KEY, v int); INSERT INTO stmt_probe VALUES (1, 10)`); err != nil {
+		t.Fatal(err)
+	}
+	a, err := db.Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	b, err := db.Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	const q = `SELECT v FROM stmt_probe WHERE id = $1`
+	read := func(c *sql.Conn) error {
+		var v string
+		if err := c.QueryRowContext(ctx, q, 1).Scan(&v); err != nil {
+			return err
+		}
+		if v != "10" {
+			t.Fatalf("read %q, want 10", v)
+		}
+		return nil
+	}
+	for _, c := range []*sql.Conn{a, b} {
+		if err := read(c); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := admin.Exec(`ALTER TABLE stmt_probe ALTER COLUMN v TYPE text`); err != nil {
+		t.Fatal(err)
+	}
+
+	err = read(a)
+	if err == nil || !strings.Contains(err.Error(), "cached plan must not change result type") {
+		t.Fatalf("first read after the change: %v; want PostgreSQL's refusal (has PostgreSQL stopped refusing? then the reset is unneeded)", err)
+	}
+	if !consumer.IsInfrastructure(err) {
+		t.Fatalf("%v is not an infrastructure error: a message would be dead-lettered for a migration", err)
+	}
+	if err := read(a); err != nil {
+		t.Fatalf("the same connection, again: %v", err)
+	}
+	if err := read(b); err != nil {
+		t.Fatalf("another connection of the pool: %v (it should have dropped its statements)", err)
+	}
+	if r := cacheCount(t, reg, "reset"); r != 1 {
+		t.Fatalf("resets %v, want 1", r)
+	}
+}
+
+// A statement sent while the rows of a prepared one are open gets lib/pq's
+// error instead of reading the other statement's rows.
+func TestStatementCacheRefusesAStatementWhileRowsAreOpen(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db, _ := cachePool(t, pgtest.NewDB(t), 8)
+	c, err := db.Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	rows, err := c.QueryContext(ctx, `SELECT generate_series(1, $1::int)`, 1000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !rows.Next() {
+		t.Fatal("no rows")
+	}
+	for _, q := range []string{`SELECT $1::int`, `SELECT 1`} {
+		var args []any
+		if strings.Contains(q, "$1") {
+			args = append(args, 1)
+		}
+		var n int
+		if err := c.QueryRowContext(ctx, q, args...).Scan(&n); err == nil || !strings.Contains(err.Error(), "already a query being processed") {
+			t.Fatalf("%s while rows are open: %d, %v", q, n, err)
+		}
+	}
+	if err := rows.Close(); err != nil {
+		t.Fatal(err)
+	}
+	var n int
+	if err := c.QueryRowContext(ctx, `SELECT $1::int`, 5).Scan(&n); err != nil || n != 5 {
+		t.Fatalf("after the rows closed: %d, %v", n, err)
+	}
+}
