@@ -364,6 +364,12 @@ type serviceResult struct {
 	Consumer    consumerRun `json:"consumer"`
 	Paced       pacedRun    `json:"paced"`
 	RSSPeakMiB  float64     `json:"rss_peak_mib"`
+	// StatementCache is what the pool's statement cache did over both runs.
+	StatementCache struct {
+		Hits    float64 `json:"hits"`
+		Misses  float64 `json:"misses"` // statements prepared
+		Evicted float64 `json:"evicted"`
+	} `json:"statement_cache"`
 	ExitCode    int         `json:"exit_code"`
 	Ratios      struct {
 		ToPgbench1 float64 `json:"to_pgbench_1_client"`
@@ -521,6 +527,14 @@ func (b *bench) runService(ctx context.Context, t demo.Topic) (*serviceResult, e
 	}
 
 	// 4. Peak RSS, then stop.
+	if m, err := scrapeMetrics(pr.addr); err == nil {
+		for _, c := range []struct {
+			dst    *float64
+			result string
+		}{{&r.StatementCache.Hits, "hit"}, {&r.StatementCache.Misses, "miss"}, {&r.StatementCache.Evicted, "evicted"}} {
+			*c.dst = m[`pin_consumer_db_statement_cache_total{result="`+c.result+`"}`]
+		}
+	}
 	if rss, ok := peakRSS(pr.cmd.Process.Pid); ok {
 		r.RSSPeakMiB = float64(rss) / (1 << 20)
 	}
@@ -697,8 +711,9 @@ func (b *bench) maxRun(ctx context.Context, p *proc, logPath string, w *offsetWa
 	return end, nil
 }
 
-// scrapeMetrics reads the consumer's Prometheus text exposition, summing
-// each family's samples over their labels.
+// scrapeMetrics reads the consumer's Prometheus text exposition: each
+// family's samples summed over their labels, and each series by its full
+// name (name{labels}).
 func scrapeMetrics(addr string) (map[string]float64, error) {
 	client := http.Client{Timeout: 5 * time.Second}
 	resp, err := client.Get("http://" + addr + "/metrics")
@@ -724,6 +739,9 @@ func scrapeMetrics(addr string) (map[string]float64, error) {
 		}
 		if v, err := strconv.ParseFloat(line[i+1:], 64); err == nil {
 			out[name] += v
+			if name != line[:i] {
+				out[line[:i]] = v // the series too
+			}
 		}
 	}
 	return out, sc.Err()
@@ -1089,6 +1107,10 @@ func (b *bench) table(r *serviceResult) {
 	sort.Strings(outs)
 	fmt.Fprintf(b.out, "  max run: %s of %s events committed in %s multi-event transactions (mean %.1f); memory after it: RSS %.1f MiB, Go runtime %.1f MiB (heap in use %.1f)\n",
 		thousands(c.BatchedEvents), thousands(float64(r.Events)), thousands(c.Batches), c.MeanBatch, c.RSSNowMiB, c.GoSysMiB, c.GoHeapMiB)
+	if sc := r.StatementCache; sc.Hits+sc.Misses > 0 {
+		fmt.Fprintf(b.out, "  statement cache over both runs: %s statements run prepared, %s prepared, %s evicted\n",
+			thousands(sc.Hits), thousands(sc.Misses), thousands(sc.Evicted))
+	}
 	fmt.Fprintf(b.out, "  marks by outcome: %s; dead-lettered %d; parked %d\n", strings.Join(outs, " · "), c.DLQ, c.Parked)
 	if len(c.Warnings) > 0 {
 		var ws []string

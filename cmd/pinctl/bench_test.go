@@ -81,6 +81,7 @@ func TestBenchEndToEnd(t *testing.T) {
 		{"every paced message has a database commit time", r.Paced.DBn == r.Paced.Events},
 		{"every paced message has an offset commit time", r.Paced.Offn == r.Paced.Events},
 		{"peak RSS read", r.RSSPeakMiB > 0},
+		{"statement cache counted", r.StatementCache.Misses > 0 && r.StatementCache.Hits > 0},
 		{"a mark for every event of both runs", marks == r.Events+r.Paced.Events},
 		{"nothing dead-lettered", r.Consumer.DLQ == 0},
 		{"the consumer exited cleanly", r.ExitCode == 0},

@@ -57,7 +57,8 @@ func Main(ctx context.Context, environ []string, stderr io.Writer, defaultHTTP s
 	}
 	defer shutdownTracing()
 
-	db, err := OpenDB(cfg.DatabaseURL, DBOptions{StatementCache: cfg.StatementCache, Metrics: reg})
+	db, err := OpenDB(cfg.DatabaseURL, DBOptions{StatementCache: cfg.StatementCache,
+		Metrics: prometheus.WrapRegistererWith(prometheus.Labels{"service": svc.Name}, reg)})
 	if err != nil {
 		fmt.Fprintf(stderr, "configuration: DATABASE_URL: %v\n", err)
 		return ExitConfig

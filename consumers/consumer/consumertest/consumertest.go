@@ -82,12 +82,13 @@ func Start(t testing.TB, brokers, dbURL string, build func(prometheus.Registerer
 		cfg.HTTPAddr = "127.0.0.1:0"
 	}
 	reg := prometheus.NewRegistry()
-	db, err := consumer.OpenDB(dbURL, consumer.DBOptions{StatementCache: consumer.DefaultStatementCache, Metrics: reg})
+	svc := build(reg)
+	db, err := consumer.OpenDB(dbURL, consumer.DBOptions{StatementCache: consumer.DefaultStatementCache,
+		Metrics: prometheus.WrapRegistererWith(prometheus.Labels{"service": svc.Name}, reg)})
 	if err != nil {
 		t.Fatalf("consumertest: %v", err)
 	}
 	client := ent.NewClient(ent.Driver(entsql.OpenDB(dialect.Postgres, db)))
-	svc := build(reg)
 	log := zerolog.New(zerolog.ConsoleWriter{Out: os.Stderr, NoColor: true}).Level(zerolog.InfoLevel).With().Timestamp().Logger()
 	if testing.Verbose() {
 		log = log.Level(zerolog.DebugLevel)
