@@ -353,30 +353,33 @@ func fmtKnobs(m map[string]string) string {
 
 // serviceResult is everything measured for one consumer.
 type serviceResult struct {
-	Service     string      `json:"service"`
-	Topic       string      `json:"topic"`
-	Partitions  int         `json:"partitions"`
-	Events      int         `json:"events"`
-	ProduceEPS  float64     `json:"produce_events_per_s"`
-	PreProduced int         `json:"pre_produced"` // the rest was produced during the max run, ahead of the consumer
-	BrokerOnly  rateResult  `json:"broker_only"`
-	SQL         sqlResult   `json:"sql_limit"`
-	Consumer    consumerRun `json:"consumer"`
-	Paced       pacedRun    `json:"paced"`
-	RSSPeakMiB  float64     `json:"rss_peak_mib"`
-	// StatementCache is what the pool's statement cache did over both runs.
-	StatementCache struct {
-		Hits    float64 `json:"hits"`
-		Misses  float64 `json:"misses"` // statements prepared
-		Evicted float64 `json:"evicted"`
-	} `json:"statement_cache"`
-	ExitCode    int         `json:"exit_code"`
-	Ratios      struct {
+	Service        string       `json:"service"`
+	Topic          string       `json:"topic"`
+	Partitions     int          `json:"partitions"`
+	Events         int          `json:"events"`
+	ProduceEPS     float64      `json:"produce_events_per_s"`
+	PreProduced    int          `json:"pre_produced"` // the rest was produced during the max run, ahead of the consumer
+	BrokerOnly     rateResult   `json:"broker_only"`
+	SQL            sqlResult    `json:"sql_limit"`
+	Consumer       consumerRun  `json:"consumer"`
+	Paced          pacedRun     `json:"paced"`
+	RSSPeakMiB     float64      `json:"rss_peak_mib"`
+	StatementCache stmtCacheUse `json:"statement_cache"` // over both runs
+	ExitCode       int          `json:"exit_code"`
+	Ratios         struct {
 		ToPgbench1 float64 `json:"to_pgbench_1_client"`
 		ToPgbench4 float64 `json:"to_pgbench_4_clients"`
 		ToBroker   float64 `json:"to_broker_only"`
 	} `json:"ratios"`
 	Targets []targetCheck `json:"targets"`
+}
+
+// stmtCacheUse is what the consumer's statement cache did
+// (pin_consumer_db_statement_cache_total).
+type stmtCacheUse struct {
+	Hits    float64 `json:"hits"`
+	Misses  float64 `json:"misses"` // statements prepared
+	Evicted float64 `json:"evicted"`
 }
 
 type rateResult struct {
