@@ -535,7 +535,7 @@ func (b *bench) runService(ctx context.Context, t demo.Topic) (*serviceResult, e
 			dst    *float64
 			result string
 		}{{&r.StatementCache.Hits, "hit"}, {&r.StatementCache.Misses, "miss"}, {&r.StatementCache.Evicted, "evicted"}} {
-			*c.dst = m[`pin_consumer_db_statement_cache_total{result="`+c.result+`"}`]
+			*c.dst = seriesWith(m, "pin_consumer_db_statement_cache_total", `result="`+c.result+`"`)
 		}
 	}
 	if rss, ok := peakRSS(pr.cmd.Process.Pid); ok {
@@ -748,6 +748,18 @@ func scrapeMetrics(addr string) (map[string]float64, error) {
 		}
 	}
 	return out, sc.Err()
+}
+
+// seriesWith sums the series of family that have label (name="value")
+// among their labels.
+func seriesWith(m map[string]float64, family, label string) float64 {
+	sum := 0.0
+	for k, v := range m {
+		if labels, ok := strings.CutPrefix(k, family+"{"); ok && slices.Contains(strings.Split(strings.TrimSuffix(labels, "}"), ","), label) {
+			sum += v
+		}
+	}
+	return sum
 }
 
 // pacedRate is the paced run's rate: half the measured one, or --paced-rate.

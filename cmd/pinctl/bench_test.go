@@ -105,6 +105,19 @@ func TestPacedRateIsHalfTheMeasuredOneUnlessGiven(t *testing.T) {
 	}
 }
 
+func TestSeriesWithMatchesOneLabelAmongOthers(t *testing.T) {
+	m := map[string]float64{
+		`pin_consumer_db_statement_cache_total{result="hit",service="rewards"}`:  7,
+		`pin_consumer_db_statement_cache_total{result="miss",service="rewards"}`: 2,
+		`pin_consumer_db_statement_cache_total{service="crm",result="hit"}`:      1,
+		`pin_consumer_db_statement_cache_total_other{result="hit"}`:              100,
+		`pin_consumer_db_statement_cache_total`:                                  10,
+	}
+	if got := seriesWith(m, "pin_consumer_db_statement_cache_total", `result="hit"`); got != 8 {
+		t.Errorf("hits %v, want 8", got)
+	}
+}
+
 func TestParsePgbench(t *testing.T) {
 	out := `transaction type: multiple scripts
 scaling factor: 1

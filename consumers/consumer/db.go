@@ -7,6 +7,7 @@ import (
 	"database/sql/driver"
 	"encoding/json"
 	"fmt"
+	"hash/maphash"
 	"net/url"
 	"regexp"
 	"strings"
@@ -107,7 +108,7 @@ func (j *jsonAsText) Connect(ctx context.Context) (driver.Conn, error) {
 	tc := &textJSONConn{Conn: c, pc: pc}
 	if j.cache > 0 {
 		tc.cache = &stmtCache{max: j.cache, lru: list.New(), bySQL: map[string]*list.Element{},
-			m: j.m, epoch: &j.epoch, gen: j.epoch.Load()}
+			seen: map[uint64]struct{}{}, seed: maphash.MakeSeed(), m: j.m, epoch: &j.epoch, gen: j.epoch.Load()}
 	}
 	return tc, nil
 }
@@ -173,6 +174,11 @@ func (c *textJSONConn) QueryContext(ctx context.Context, query string, args []dr
 		if len(args) > 0 {
 			return c.cachedQuery(ctx, query, args)
 		}
+		rows, err := c.pc.QueryContext(ctx, query, args)
+		if err != nil {
+			return nil, err
+		}
+		return c.tracked(rows)
 	}
 	return c.pc.QueryContext(ctx, query, args)
 }
@@ -189,7 +195,12 @@ func (c *textJSONConn) ExecContext(ctx context.Context, query string, args []dri
 	return c.pc.ExecContext(ctx, query, args)
 }
 
-func (c *textJSONConn) ResetSession(ctx context.Context) error { return c.pc.ResetSession(ctx) }
+func (c *textJSONConn) ResetSession(ctx context.Context) error {
+	if c.cache != nil && c.cache.open { // rows database/sql did not close: never seen, but not reusable
+		return driver.ErrBadConn
+	}
+	return c.pc.ResetSession(ctx)
+}
 
 func (c *textJSONConn) IsValid() bool { return c.pc.IsValid() }
 

@@ -5,6 +5,7 @@ import (
 	"context"
 	"database/sql/driver"
 	"errors"
+	"hash/maphash"
 	"sync/atomic"
 
 	"github.com/lib/pq"
@@ -18,7 +19,11 @@ import (
 // analysis and a plan: in a profile of rewards under load these were a
 // third of PostgreSQL's CPU (bench/README.md, "Prepared statements").
 // A statement without arguments (BEGIN, COMMIT, a plain query) still goes
-// through the simple protocol.
+// through the simple protocol, and a statement is prepared only the second
+// time its connection sees it: the IN lists of a batch make a statement's
+// text depend on the batch's size (messenger's on two sizes), and a text
+// seen once is likely never seen again; preparing it would cost a round
+// trip, and a second one to evict it later.
 //
 // PostgreSQL re-plans a prepared statement by itself when a table it uses
 // changes. The one change it refuses is a new result type ("cached plan
@@ -28,7 +33,7 @@ import (
 // counts as an infrastructure one (isInfrastructure), so the message is
 // retried, not dead-lettered.
 //
-// Behind a pooler in transaction mode (PgBouncer before 1.21, without
+// Behind a pooler in transaction mode (PgBouncer before 1.22, or without
 // max_prepared_statements) a server connection's prepared statements are
 // not the client's: set DATABASE_STATEMENT_CACHE=0 there.
 
@@ -38,8 +43,10 @@ type stmtCache struct {
 	max   int
 	lru   *list.List // of *cachedStmt, most recently used first
 	bySQL map[string]*list.Element
+	seen  map[uint64]struct{} // hashes of texts seen once (bounded: cleared when full)
+	seed  maphash.Seed
 	gen   uint64 // the shared generation its statements belong to
-	open  bool   // rows of a cached statement not closed yet
+	open  bool   // rows not closed yet
 	m     *stmtMetrics
 	epoch *atomic.Uint64 // the pool's generation, raised on a result-type change
 }
@@ -51,30 +58,35 @@ type cachedStmt struct {
 
 // stmtMetrics are the pool's statement cache counters.
 type stmtMetrics struct {
-	hits, misses, evictions, resets prometheus.Counter
+	hits, misses, firsts, evictions, resets prometheus.Counter
 }
 
 func newStmtMetrics(reg prometheus.Registerer) *stmtMetrics {
 	c := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "pin_consumer_db_statement_cache_total",
-		Help: "Statements with arguments by what the connection's statement cache did: hit (ran prepared), miss (prepared now), evicted (closed to make room), reset (every statement dropped after a result-type change).",
+		Help: "Statements with arguments by what the connection's statement cache did: hit (ran prepared), miss (prepared now: seen before), first (seen the first time: run unprepared), evicted (closed to make room), reset (every statement dropped after a result-type change).",
 	}, []string{"result"})
 	if reg != nil {
 		reg.MustRegister(c)
 	}
 	return &stmtMetrics{
-		hits: c.WithLabelValues("hit"), misses: c.WithLabelValues("miss"),
+		hits: c.WithLabelValues("hit"), misses: c.WithLabelValues("miss"), firsts: c.WithLabelValues("first"),
 		evictions: c.WithLabelValues("evicted"), resets: c.WithLabelValues("reset"),
 	}
 }
 
 // errQueryInProgress is lib/pq's answer to a statement sent while the rows
 // of the last one are still open. Its own check does not see the rows of a
-// prepared statement, so with a cache the connection checks itself.
-var errQueryInProgress = errors.New("pq: there is already a query being processed")
+// prepared statement, and its prepared path does not check at all, so with
+// a cache the connection tracks open rows itself (textJSONConn.open).
+var errQueryInProgress = errors.New("pq: there is already a query being processed on this connection")
+
+// seenBound bounds stmtCache.seen, in multiples of the cache's size.
+const seenBound = 8
 
 // stmt returns the prepared statement for query, preparing it (and
-// evicting the least recently used one) when the connection has none.
+// evicting the least recently used one) when the connection has none but
+// has seen the text before; nil (run it unprepared) the first time.
 func (c *textJSONConn) stmt(ctx context.Context, query string) (driver.Stmt, error) {
 	sc := c.cache
 	if g := sc.epoch.Load(); g != sc.gen {
@@ -93,6 +105,15 @@ func (c *textJSONConn) stmt(ctx context.Context, query string) (driver.Stmt, err
 		sc.lru.MoveToFront(e)
 		sc.m.hits.Inc()
 		return e.Value.(*cachedStmt).st, nil
+	}
+	h := maphash.String(sc.seed, query)
+	if _, ok := sc.seen[h]; !ok {
+		if len(sc.seen) >= seenBound*sc.max {
+			clear(sc.seen)
+		}
+		sc.seen[h] = struct{}{}
+		sc.m.firsts.Inc()
+		return nil, nil
 	}
 	if sc.lru.Len() >= sc.max {
 		e := sc.lru.Back()
@@ -114,10 +135,13 @@ func (c *textJSONConn) stmt(ctx context.Context, query string) (driver.Stmt, err
 }
 
 // resultTypeChanged reports PostgreSQL's refusal to run a prepared
-// statement whose result columns changed type since it was prepared.
+// statement whose result columns changed type since it was prepared
+// ("cached plan must not change result type"). The message is translated
+// with lc_messages; the routine that raises it is not (pgjdbc and
+// postgres.js match it the same way).
 func resultTypeChanged(err error) bool {
 	var pqErr *pq.Error
-	return errors.As(err, &pqErr) && pqErr.Code == "0A000" && pqErr.Message == "cached plan must not change result type"
+	return errors.As(err, &pqErr) && pqErr.Code == "0A000" && pqErr.Routine == "RevalidateCachedQuery"
 }
 
 // failed drops the pool's prepared statements after a result-type change.
@@ -134,10 +158,20 @@ func (c *textJSONConn) cachedQuery(ctx context.Context, query string, args []dri
 	if err != nil {
 		return nil, err
 	}
-	rows, err := st.(driver.StmtQueryContext).QueryContext(ctx, args)
+	var rows driver.Rows
+	if st == nil {
+		rows, err = c.pc.QueryContext(ctx, query, args)
+	} else {
+		rows, err = st.(driver.StmtQueryContext).QueryContext(ctx, args)
+	}
 	if err != nil {
 		return nil, c.failed(err)
 	}
+	return c.tracked(rows)
+}
+
+// tracked marks the connection busy until rows are closed.
+func (c *textJSONConn) tracked(rows driver.Rows) (driver.Rows, error) {
 	pr, ok := rows.(pqRows)
 	if !ok { // a lib/pq whose rows lack one of them: a build problem
 		_ = rows.Close()
@@ -151,6 +185,9 @@ func (c *textJSONConn) cachedExec(ctx context.Context, query string, args []driv
 	st, err := c.stmt(ctx, query)
 	if err != nil {
 		return nil, err
+	}
+	if st == nil {
+		return c.pc.ExecContext(ctx, query, args)
 	}
 	res, err := st.(driver.StmtExecContext).ExecContext(ctx, args)
 	if err != nil {
@@ -170,7 +207,7 @@ type pqRows interface {
 	driver.RowsColumnTypePrecisionScale
 }
 
-// cachedRows are the rows of a cached statement: closing them lets the
+// cachedRows are rows of a connection with a cache: closing them lets the
 // connection send its next statement.
 type cachedRows struct {
 	pqRows

@@ -3,6 +3,7 @@ package consumer_test
 import (
 	"context"
 	"database/sql"
+	"slices"
 	"strings"
 	"testing"
 
@@ -69,9 +70,10 @@ func prepared(t *testing.T, c *sql.Conn) map[string]int64 {
 	return out
 }
 
-// A statement with arguments is prepared once per connection and run
-// prepared after that; the least recently used one makes room.
-func TestStatementCachePreparesOnceAndEvictsTheLeastRecentlyUsed(t *testing.T) {
+// A statement with arguments runs unprepared the first time its connection
+// sees it, is prepared the second time and runs prepared after that; the
+// least recently used one makes room.
+func TestStatementCachePreparesOnSecondSightAndEvictsTheLeastRecentlyUsed(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	db, reg := cachePool(t, pgtest.NewDB(t), 2)
@@ -88,28 +90,40 @@ func TestStatementCachePreparesOnceAndEvictsTheLeastRecentlyUsed(t *testing.T) {
 			t.Fatalf("%s with %d: %d, %v; want %d", q, arg, got, err, want)
 		}
 	}
-	for i := range 3 {
+	counts := func(first, miss, hit, evicted float64) {
+		t.Helper()
+		got := []float64{cacheCount(t, reg, "first"), cacheCount(t, reg, "miss"), cacheCount(t, reg, "hit"), cacheCount(t, reg, "evicted")}
+		if want := []float64{first, miss, hit, evicted}; !slices.Equal(got, want) {
+			t.Fatalf("first, miss, hit, evicted: %v, want %v", got, want)
+		}
+	}
+
+	run(q1, 0, 1)
+	if p := prepared(t, c); len(p) != 0 {
+		t.Fatalf("prepared on first sight: %v", p)
+	}
+	for i := 1; i < 4; i++ {
 		run(q1, i, i+1)
 	}
 	if p := prepared(t, c); len(p) != 1 || p[q1] != 3 {
-		t.Fatalf("after three runs of one statement, prepared: %v; want it once, run 3 times", p)
+		t.Fatalf("after four runs of one statement, prepared: %v; want it once, run 3 times", p)
 	}
-	if h, m := cacheCount(t, reg, "hit"), cacheCount(t, reg, "miss"); h != 2 || m != 1 {
-		t.Fatalf("hits %v misses %v, want 2 and 1", h, m)
-	}
+	counts(1, 1, 2, 0)
 
 	run(q2, 1, 3)
+	run(q2, 1, 3)
 	run(q1, 1, 2) // q1 is now the most recently used: q2 makes room for q3
+	run(q3, 1, 4)
 	run(q3, 1, 4)
 	if p := prepared(t, c); len(p) != 2 || p[q1] != 4 || p[q3] != 1 {
 		t.Fatalf("prepared: %v; want %q (4 runs) and %q (1), %q evicted", p, q1, q3, q2)
 	}
-	if e := cacheCount(t, reg, "evicted"); e != 1 {
-		t.Fatalf("evicted %v, want 1", e)
-	}
+	counts(3, 3, 3, 1)
 	var n int64
-	if _, err := c.ExecContext(ctx, `SELECT pg_sleep(0)`); err != nil { // no arguments: the simple protocol
-		t.Fatal(err)
+	for range 2 {
+		if _, err := c.ExecContext(ctx, `SELECT pg_sleep(0)`); err != nil { // no arguments: the simple protocol
+			t.Fatal(err)
+		}
 	}
 	if err := c.QueryRowContext(ctx, `SELECT count(*) FROM pg_prepared_statements WHERE statement LIKE '%pg_sleep%'`).Scan(&n); err != nil || n != 0 {
 		t.Fatalf("a statement without arguments was prepared (%d, %v)", n, err)
@@ -174,7 +188,7 @@ func TestStatementCacheRecoversFromAResultTypeChange(t *testing.T) {
 		}
 		return nil
 	}
-	for _, c := range []*sql.Conn{a, b} {
+	for _, c := range []*sql.Conn{a, b, a, b} { // prepared on the second read
 		if err := read(c); err != nil {
 			t.Fatal(err)
 		}
@@ -196,13 +210,18 @@ func TestStatementCacheRecoversFromAResultTypeChange(t *testing.T) {
 	if err := read(b); err != nil {
 		t.Fatalf("another connection of the pool: %v (it should have dropped its statements)", err)
 	}
+	for name, c := range map[string]*sql.Conn{"a": a, "b": b} { // dropped on the server too, not leaked
+		if p := prepared(t, c); len(p) != 1 || p[q] != 1 {
+			t.Fatalf("connection %s has prepared %v, want only %q, run once since", name, p, q)
+		}
+	}
 	if r := cacheCount(t, reg, "reset"); r != 1 {
 		t.Fatalf("resets %v, want 1", r)
 	}
 }
 
-// A statement sent while the rows of a prepared one are open gets lib/pq's
-// error instead of reading the other statement's rows.
+// A statement sent while the rows of another are open (a prepared one's,
+// or a plain query's) gets lib/pq's error instead of reading those rows.
 func TestStatementCacheRefusesAStatementWhileRowsAreOpen(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -212,7 +231,22 @@ func TestStatementCacheRefusesAStatementWhileRowsAreOpen(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	rows, err := c.QueryContext(ctx, `SELECT generate_series(1, $1::int)`, 1000)
+	for _, open := range []struct {
+		q    string
+		args []any
+	}{
+		{`SELECT generate_series(1, $1::int)`, []any{1000}}, // first sight: unprepared
+		{`SELECT generate_series(1, $1::int)`, []any{1000}}, // prepared
+		{`SELECT generate_series(1, 1000)`, nil},            // simple protocol
+	} {
+		refusesWhileOpen(t, c, open.q, open.args)
+	}
+}
+
+func refusesWhileOpen(t *testing.T, c *sql.Conn, open string, openArgs []any) {
+	t.Helper()
+	ctx := context.Background()
+	rows, err := c.QueryContext(ctx, open, openArgs...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -226,7 +260,7 @@ func TestStatementCacheRefusesAStatementWhileRowsAreOpen(t *testing.T) {
 		}
 		var n int
 		if err := c.QueryRowContext(ctx, q, args...).Scan(&n); err == nil || !strings.Contains(err.Error(), "already a query being processed") {
-			t.Fatalf("%s while rows are open: %d, %v", q, n, err)
+			t.Fatalf("%s while rows of %s are open: %d, %v", q, open, n, err)
 		}
 	}
 	if err := rows.Close(); err != nil {
