@@ -327,7 +327,7 @@ func (b *bench) consumerEnv() {
 			b.knobs[k] = v
 			b.overrides[strings.ReplaceAll(strings.ToLower(strings.TrimPrefix(k, "KAFKA_")), "_", ".")] = v
 		case strings.HasPrefix(k, "CONSUMER_"), strings.HasPrefix(k, "OTEL_"),
-			k == "DATABASE_MAX_CONNS", k == "LOG_LEVEL", k == "RETRY_TIME_SCALE", k == "GOGC", k == "GOMEMLIMIT", k == "GOMAXPROCS":
+			strings.HasPrefix(k, "DATABASE_") && k != "DATABASE_URL", k == "LOG_LEVEL", k == "RETRY_TIME_SCALE", k == "GOGC", k == "GOMEMLIMIT", k == "GOMAXPROCS":
 			b.knobs[k] = v
 		}
 	}

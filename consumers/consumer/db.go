@@ -67,7 +67,7 @@ func OpenDB(dsn string, o DBOptions) (*sql.DB, error) {
 	if err != nil {
 		return nil, err
 	}
-	j := &jsonAsText{c: c, cache: o.StatementCache}
+	j := &jsonAsText{c: c, cache: o.StatementCache, seeds: [2]maphash.Seed{maphash.MakeSeed(), maphash.MakeSeed()}}
 	if j.cache > 0 {
 		j.m = newStmtMetrics(o.Metrics)
 	}
@@ -93,6 +93,7 @@ type jsonAsText struct {
 	cache int
 	m     *stmtMetrics
 	epoch atomic.Uint64 // see stmtCache.epoch
+	seeds [2]maphash.Seed
 }
 
 func (j *jsonAsText) Connect(ctx context.Context) (driver.Conn, error) {
@@ -107,8 +108,8 @@ func (j *jsonAsText) Connect(ctx context.Context) (driver.Conn, error) {
 	}
 	tc := &textJSONConn{Conn: c, pc: pc}
 	if j.cache > 0 {
-		tc.cache = &stmtCache{max: j.cache, lru: list.New(), bySQL: map[string]*list.Element{},
-			seen: map[uint64]struct{}{}, seed: maphash.MakeSeed(), m: j.m, epoch: &j.epoch, gen: j.epoch.Load()}
+		tc.cache = &stmtCache{max: j.cache, lru: list.New(), byKey: map[stmtKey]*list.Element{},
+			seen: map[uint64]struct{}{}, seeds: j.seeds, m: j.m, epoch: &j.epoch, gen: j.epoch.Load()}
 	}
 	return tc, nil
 }

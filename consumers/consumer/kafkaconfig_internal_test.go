@@ -21,8 +21,8 @@ func TestConsumerConfigDefaultsAndOverrides(t *testing.T) {
 		return r.consumerConfig()
 	}
 	cm := build()
-	if got := cm["queued.max.messages.kbytes"]; got != 8192 {
-		t.Fatalf("queued.max.messages.kbytes = %v, want 8192 by default", got)
+	if got := cm["queued.max.messages.kbytes"]; got != 4096 {
+		t.Fatalf("queued.max.messages.kbytes = %v, want 4096 by default", got)
 	}
 	if got := cm["auto.offset.reset"]; got != "earliest" {
 		t.Fatalf("auto.offset.reset = %v, want earliest", got)

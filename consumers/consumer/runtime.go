@@ -154,11 +154,13 @@ var consumerDefaults = kafka.ConfigMap{
 	"enable.partition.eof":    false,
 	// librdkafka prefetches up to 64 MiB (its default) while the workers
 	// are behind — C memory, outside the Go heap and GOMEMLIMIT. The
-	// workers' own queues (CONSUMER_QUEUE_SIZE) hold the next batches; 8
-	// MiB is about a second of prefetch at 10,000 events/s of 800 bytes.
+	// workers' own queues (CONSUMER_QUEUE_SIZE) hold the next batches; 4
+	// MiB is about half a second of prefetch at 10,000 events/s of 800
+	// bytes, while a fetch from a broker takes milliseconds.
 	// bench: rewards at N = 1M peaked at 68.0 and 70.8 MiB RSS with 64 MiB,
-	// 60.3 with 8 MiB, at the same rate.
-	"queued.max.messages.kbytes": 8192,
+	// 60.3 with 8 MiB, at the same rate; with the statement cache, 65.9–66.8
+	// with 8 MiB and 60.0 with 4 MiB, at the same rate.
+	"queued.max.messages.kbytes": 4096,
 }
 
 // KafkaConsumerDefaults returns (a copy of) the runtime's librdkafka

@@ -42,9 +42,9 @@ import (
 type stmtCache struct {
 	max   int
 	lru   *list.List // of *cachedStmt, most recently used first
-	bySQL map[string]*list.Element
+	byKey map[stmtKey]*list.Element
 	seen  map[uint64]struct{} // hashes of texts seen once (bounded: cleared when full)
-	seed  maphash.Seed
+	seeds [2]maphash.Seed
 	gen   uint64 // the shared generation its statements belong to
 	open  bool   // rows not closed yet
 	m     *stmtMetrics
@@ -52,8 +52,19 @@ type stmtCache struct {
 }
 
 type cachedStmt struct {
-	query string
-	st    driver.Stmt
+	key stmtKey
+	st  driver.Stmt
+}
+
+// stmtKey names a statement's text by two seeded 64-bit hashes: the cache
+// does not keep the texts (a batch's statements run to kilobytes, one per
+// batch size, on every connection: most of what the cache would hold). Two
+// texts share a key with a probability of about n²/2¹²⁹ for n texts; the
+// texts are the consumers' own SQL, never data.
+type stmtKey [2]uint64
+
+func (sc *stmtCache) key(query string) stmtKey {
+	return stmtKey{maphash.String(sc.seeds[0], query), maphash.String(sc.seeds[1], query)}
 }
 
 // stmtMetrics are the pool's statement cache counters.
@@ -82,7 +93,7 @@ func newStmtMetrics(reg prometheus.Registerer) *stmtMetrics {
 var errQueryInProgress = errors.New("pq: there is already a query being processed on this connection")
 
 // seenBound bounds stmtCache.seen, in multiples of the cache's size.
-const seenBound = 8
+const seenBound = 2
 
 // stmt returns the prepared statement for query, preparing it (and
 // evicting the least recently used one) when the connection has none but
@@ -97,21 +108,21 @@ func (c *textJSONConn) stmt(ctx context.Context, query string) (driver.Stmt, err
 				return nil, err
 			}
 			sc.lru.Init()
-			clear(sc.bySQL)
+			clear(sc.byKey)
 		}
 		sc.gen = g
 	}
-	if e, ok := sc.bySQL[query]; ok {
+	k := sc.key(query)
+	if e, ok := sc.byKey[k]; ok {
 		sc.lru.MoveToFront(e)
 		sc.m.hits.Inc()
 		return e.Value.(*cachedStmt).st, nil
 	}
-	h := maphash.String(sc.seed, query)
-	if _, ok := sc.seen[h]; !ok {
+	if _, ok := sc.seen[k[0]]; !ok {
 		if len(sc.seen) >= seenBound*sc.max {
 			clear(sc.seen)
 		}
-		sc.seen[h] = struct{}{}
+		sc.seen[k[0]] = struct{}{}
 		sc.m.firsts.Inc()
 		return nil, nil
 	}
@@ -122,14 +133,14 @@ func (c *textJSONConn) stmt(ctx context.Context, query string) (driver.Stmt, err
 			return nil, err
 		}
 		sc.lru.Remove(e)
-		delete(sc.bySQL, cs.query)
+		delete(sc.byKey, cs.key)
 		sc.m.evictions.Inc()
 	}
 	st, err := c.pc.PrepareContext(ctx, query)
 	if err != nil {
 		return nil, err
 	}
-	sc.bySQL[query] = sc.lru.PushFront(&cachedStmt{query, st})
+	sc.byKey[k] = sc.lru.PushFront(&cachedStmt{k, st})
 	sc.m.misses.Inc()
 	return st, nil
 }
