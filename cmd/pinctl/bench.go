@@ -379,6 +379,7 @@ type serviceResult struct {
 type stmtCacheUse struct {
 	Hits    float64 `json:"hits"`
 	Misses  float64 `json:"misses"` // statements prepared
+	First   float64 `json:"first"`  // run unprepared: the first time their connection saw them
 	Evicted float64 `json:"evicted"`
 }
 
@@ -534,7 +535,7 @@ func (b *bench) runService(ctx context.Context, t demo.Topic) (*serviceResult, e
 		for _, c := range []struct {
 			dst    *float64
 			result string
-		}{{&r.StatementCache.Hits, "hit"}, {&r.StatementCache.Misses, "miss"}, {&r.StatementCache.Evicted, "evicted"}} {
+		}{{&r.StatementCache.Hits, "hit"}, {&r.StatementCache.Misses, "miss"}, {&r.StatementCache.First, "first"}, {&r.StatementCache.Evicted, "evicted"}} {
 			*c.dst = seriesWith(m, "pin_consumer_db_statement_cache_total", `result="`+c.result+`"`)
 		}
 	}
@@ -1123,8 +1124,8 @@ func (b *bench) table(r *serviceResult) {
 	fmt.Fprintf(b.out, "  max run: %s of %s events committed in %s multi-event transactions (mean %.1f); memory after it: RSS %.1f MiB, Go runtime %.1f MiB (heap in use %.1f)\n",
 		thousands(c.BatchedEvents), thousands(float64(r.Events)), thousands(c.Batches), c.MeanBatch, c.RSSNowMiB, c.GoSysMiB, c.GoHeapMiB)
 	if sc := r.StatementCache; sc.Hits+sc.Misses > 0 {
-		fmt.Fprintf(b.out, "  statement cache over both runs: %s statements run prepared, %s prepared, %s evicted\n",
-			thousands(sc.Hits), thousands(sc.Misses), thousands(sc.Evicted))
+		fmt.Fprintf(b.out, "  statement cache over both runs: %s statements run prepared, %s prepared, %s run unprepared (first sight), %s evicted\n",
+			thousands(sc.Hits), thousands(sc.Misses), thousands(sc.First), thousands(sc.Evicted))
 	}
 	fmt.Fprintf(b.out, "  marks by outcome: %s; dead-lettered %d; parked %d\n", strings.Join(outs, " · "), c.DLQ, c.Parked)
 	if len(c.Warnings) > 0 {

@@ -20,7 +20,7 @@ import (
 // third of PostgreSQL's CPU (bench/README.md, "Prepared statements").
 // A statement without arguments (BEGIN, COMMIT, a plain query) still goes
 // through the simple protocol, and a statement is prepared only the second
-// time its connection sees it: the IN lists of a batch make a statement's
+// time its connection sees it: the IN lists and VALUES rows of a batch make a statement's
 // text depend on the batch's size (messenger's on two sizes), and a text
 // seen once is likely never seen again; preparing it would cost a round
 // trip, and a second one to evict it later.
@@ -43,7 +43,7 @@ type stmtCache struct {
 	max   int
 	lru   *list.List // of *cachedStmt, most recently used first
 	byKey map[stmtKey]*list.Element
-	seen  map[uint64]struct{} // hashes of texts seen once (bounded: cleared when full)
+	seen  map[uint64]struct{} // first hashes (stmtKey[0]) of texts seen before, prepared ones included (cleared when it reaches seenBound×max)
 	seeds [2]maphash.Seed
 	gen   uint64 // the shared generation its statements belong to
 	open  bool   // rows not closed yet
