@@ -25,6 +25,18 @@ func cachePool(t *testing.T, url string, n int) (*sql.DB, *prometheus.Registry) 
 	return db, reg
 }
 
+// pinned is one connection of db, closed when the test ends: a test of
+// one connection's cache runs every statement on it.
+func pinned(t *testing.T, db *sql.DB) *sql.Conn {
+	t.Helper()
+	c, err := db.Conn(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
 func cacheCount(t *testing.T, reg *prometheus.Registry, result string) float64 {
 	t.Helper()
 	mfs, err := reg.Gather()
@@ -77,11 +89,7 @@ func TestStatementCachePreparesOnSecondSightAndEvictsTheLeastRecentlyUsed(t *tes
 	t.Parallel()
 	ctx := context.Background()
 	db, reg := cachePool(t, pgtest.NewDB(t), 2)
-	c, err := db.Conn(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c := pinned(t, db)
 	q1, q2, q3 := `SELECT $1::int + 1`, `SELECT $1::int + 2`, `SELECT $1::int + 3`
 	run := func(q string, arg, want int) {
 		t.Helper()
@@ -135,11 +143,7 @@ func TestStatementCacheOff(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	db, _ := cachePool(t, pgtest.NewDB(t), 0)
-	c, err := db.Conn(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c := pinned(t, db)
 	var got int
 	for range 2 {
 		if err := c.QueryRowContext(ctx, `SELECT $1::int`, 7).Scan(&got); err != nil || got != 7 {
@@ -167,16 +171,8 @@ func TestStatementCacheRecoversFromAResultTypeChange(t *testing.T) {
 	if _, err := admin.Exec(`CREATE TABLE stmt_probe (id int PRIMARY KEY, v int); INSERT INTO stmt_probe VALUES (1, 10)`); err != nil {
 		t.Fatal(err)
 	}
-	a, err := db.Conn(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer a.Close()
-	b, err := db.Conn(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer b.Close()
+	a := pinned(t, db)
+	b := pinned(t, db)
 	const q = `SELECT v FROM stmt_probe WHERE id = $1`
 	read := func(c *sql.Conn) error {
 		var v string
@@ -224,13 +220,8 @@ func TestStatementCacheRecoversFromAResultTypeChange(t *testing.T) {
 // or a plain query's) gets lib/pq's error instead of reading those rows.
 func TestStatementCacheRefusesAStatementWhileRowsAreOpen(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
 	db, _ := cachePool(t, pgtest.NewDB(t), 8)
-	c, err := db.Conn(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c := pinned(t, db)
 	for _, open := range []struct {
 		q    string
 		args []any
