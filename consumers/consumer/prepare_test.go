@@ -386,6 +386,15 @@ func TestAProcessedMessageFailingInABatchIsADuplicateNotADeadLetter(t *testing.T
 	}
 }
 
+// startWaiting starts p's service and returns once it waits for a lock
+// that a transaction of the test holds.
+func (e *env) startWaiting(p *preparing, what string) *consumertest.Running {
+	e.t.Helper()
+	r := consumertest.Start(e.t, e.cluster.Bootstrap, e.url, p.service, consumertest.Options{})
+	e.awaitLockWait(what)
+	return r
+}
+
 // A batch whose message another processor holds, uncommitted (a parked
 // re-drive, a member that lost its assignment), waits at its marks for
 // that transaction; when it commits, the batch runs again without the
@@ -399,8 +408,7 @@ func TestABatchRacingAnUncommittedMarkWaitsAndSkipsTheMessage(t *testing.T) {
 	racer := e.holdMark(raced, 1, 4)
 	applyProbe(t, racer, leadID) // the probe handler's effect
 	p := &preparing{}
-	r := consumertest.Start(t, e.cluster.Bootstrap, e.url, p.service, consumertest.Options{})
-	e.awaitLockWait("the batch to wait on the racer's mark")
+	r := e.startWaiting(p, "the batch to wait on the racer's mark")
 	if err := racer.Commit(); err != nil {
 		t.Fatal(err)
 	}
@@ -423,8 +431,7 @@ func TestAFailureInABatchWaitsForAnUncommittedHolderOfTheKey(t *testing.T) {
 	held := e.produceOneAmong(leadID, n, 1, "invalid") // fails on the state the holder has not committed yet
 	holder := e.holdMark(held, 1, 1)
 	p := &preparing{}
-	r := consumertest.Start(t, e.cluster.Bootstrap, e.url, p.service, consumertest.Options{})
-	e.awaitLockWait("the runtime to wait on the holder's key")
+	r := e.startWaiting(p, "the runtime to wait on the holder's key")
 	if err := holder.Commit(); err != nil {
 		t.Fatal(err)
 	}
@@ -448,8 +455,7 @@ func TestABatchWhoseMarksLoseADeadlockRunsAgainAsABatch(t *testing.T) {
 	held := e.produceOneAmong(leadID, n, 2, "")
 	holder := e.holdMark(held, 1, 2)
 	p := &preparing{}
-	r := consumertest.Start(t, e.cluster.Bootstrap, e.url, p.service, consumertest.Options{})
-	e.awaitLockWait("the batch to wait at its marks on the holder's key")
+	r := e.startWaiting(p, "the batch to wait at its marks on the holder's key")
 	// The cycle: the holder now waits on the batch. The batch has waited
 	// longer, so its deadlock check runs first and it is the victim.
 	if _, err := holder.Exec(`SELECT 1 FROM leads WHERE id = $1 FOR UPDATE`, leadID); err != nil {

@@ -155,6 +155,10 @@ func (e *env) count(q string, args ...any) int {
 
 // holdMark begins a transaction that holds id's mark, uncommitted: another
 // processor of the message (a parked re-drive, a member that lost its
+
+// insertMark records a probe message as processed ('applied').
+const insertMark = `INSERT INTO processed_messages (idempotency_key, consumer_group, topic, "partition", "offset", outcome) VALUES ($1, $2, $3, $4, $5, 'applied')`
+
 // assignment). The test commits it; a failed test rolls it back.
 func (e *env) holdMark(id uuid.UUID, partition int32, offset int64) *sql.Tx {
 	e.t.Helper()
@@ -163,7 +167,7 @@ func (e *env) holdMark(id uuid.UUID, partition int32, offset int64) *sql.Tx {
 		e.t.Fatal(err)
 	}
 	e.t.Cleanup(func() { _ = tx.Rollback() })
-	if _, err := tx.Exec(`INSERT INTO processed_messages (idempotency_key, consumer_group, topic, "partition", "offset", outcome) VALUES ($1, $2, $3, $4, $5, 'applied')`,
+	if _, err := tx.Exec(insertMark,
 		"probe:"+id.String(), probeGroup, probeTopic, partition, offset); err != nil {
 		e.t.Fatal(err)
 	}
@@ -182,7 +186,7 @@ func (e *env) awaitLockWait(what string) {
 // markProcessed records id as processed, as a committed batch leaves it.
 func (e *env) markProcessed(id uuid.UUID, partition int32, offset int64) {
 	e.t.Helper()
-	if _, err := e.db.Exec(`INSERT INTO processed_messages (idempotency_key, consumer_group, topic, "partition", "offset", outcome) VALUES ($1, $2, $3, $4, $5, 'applied')`,
+	if _, err := e.db.Exec(insertMark,
 		"probe:"+id.String(), probeGroup, probeTopic, partition, offset); err != nil {
 		e.t.Fatal(err)
 	}

@@ -89,7 +89,7 @@ func newStmtMetrics(reg prometheus.Registerer) *stmtMetrics {
 // errQueryInProgress is lib/pq's answer to a statement sent while the rows
 // of the last one are still open. Its own check does not see the rows of a
 // prepared statement, and its prepared path does not check at all, so with
-// a cache the connection tracks open rows itself (textJSONConn.open).
+// a cache the connection tracks open rows itself (stmtCache.open).
 var errQueryInProgress = errors.New("pq: there is already a query being processed on this connection")
 
 // seenBound bounds stmtCache.seen, in multiples of the cache's size.
