@@ -37,7 +37,17 @@ type Config struct {
 	// its batch, so what arrives meanwhile joins it; it gives the turn up
 	// while it backs off.
 	MaxTransactions int
+	// SharedTransactions (CONSUMER_SHARED_TRANSACTIONS) lets the batches of
+	// partitions ready at the same time share one transaction, with at most
+	// this many running at once (default DefaultSharedTransactions; 0: off,
+	// each partition's batch runs in its own). See share.go.
+	SharedTransactions int
 }
+
+// DefaultSharedTransactions is CONSUMER_SHARED_TRANSACTIONS's default: one
+// transaction at a time carries the batches of every partition ready
+// meanwhile (bench/README.md, "Shared transactions").
+const DefaultSharedTransactions = 1
 
 // ConfigError is a missing or invalid setting; the process exits 2.
 type ConfigError struct {
@@ -69,6 +79,8 @@ func ConfigFromEnv(environ []string, defaultHTTP string) (Config, error) {
 		ParkedPoll:     time.Second,
 		DBMaxConns:     16,
 		StatementCache: DefaultStatementCache,
+
+		SharedTransactions: DefaultSharedTransactions,
 	}
 	var errs []error
 	fail := func(name string, err error) { errs = append(errs, &ConfigError{Var: name, Err: err}) }
@@ -127,6 +139,14 @@ func ConfigFromEnv(environ []string, defaultHTTP string) (Config, error) {
 	intVar("CONSUMER_QUEUE_SIZE", &c.QueueSize)
 	intVar("DATABASE_MAX_CONNS", &c.DBMaxConns)
 	intVar("CONSUMER_MAX_TRANSACTIONS", &c.MaxTransactions)
+	if v := env["CONSUMER_SHARED_TRANSACTIONS"]; v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 0 {
+			fail("CONSUMER_SHARED_TRANSACTIONS", fmt.Errorf("%q is not a whole number ≥ 0", v))
+		} else {
+			c.SharedTransactions = n
+		}
+	}
 	if v := env["DATABASE_STATEMENT_CACHE"]; v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil || n < 0 {

@@ -66,6 +66,17 @@ func TestConfigFromEnv(t *testing.T) {
 			t.Fatalf("DATABASE_STATEMENT_CACHE=-1: %v, want an error naming it", err)
 		}
 	})
+	t.Run("shared transactions", func(t *testing.T) {
+		c, err := ConfigFromEnv(base, "")
+		if err != nil || c.SharedTransactions != DefaultSharedTransactions {
+			t.Fatalf("default %d, %v: want %d", c.SharedTransactions, err, DefaultSharedTransactions)
+		}
+		for v, want := range map[string]int{"0": 0, "3": 3} {
+			if c, err = ConfigFromEnv(append(base, "CONSUMER_SHARED_TRANSACTIONS="+v), ""); err != nil || c.SharedTransactions != want {
+				t.Fatalf("CONSUMER_SHARED_TRANSACTIONS=%s: %d, %v; want %d", v, c.SharedTransactions, err, want)
+			}
+		}
+	})
 	t.Run("confluent-kafka-go's go.* properties are typed", func(t *testing.T) {
 		c, err := ConfigFromEnv(append(base, "KAFKA_GO_EVENTS_CHANNEL_SIZE=100", "KAFKA_GO_LOGS_CHANNEL_ENABLE=false", "KAFKA_SASL_USERNAME=12345"), "")
 		if err != nil {
@@ -94,13 +105,15 @@ func TestConfigFromEnv(t *testing.T) {
 		env  []string
 		name string
 	}{
-		"brokers":    {[]string{"DATABASE_URL=x"}, "KAFKA_BOOTSTRAP_SERVERS"},
-		"database":   {[]string{"KAFKA_BOOTSTRAP_SERVERS=x"}, "DATABASE_URL"},
-		"scale ≤ 0":  {append(base, "RETRY_TIME_SCALE=-1"), "RETRY_TIME_SCALE"},
-		"scale text": {append(base, "RETRY_TIME_SCALE=x"), "RETRY_TIME_SCALE"},
-		"level":      {append(base, "LOG_LEVEL=chatty"), "LOG_LEVEL"},
-		"batch":      {append(base, "CONSUMER_BATCH_SIZE=0"), "CONSUMER_BATCH_SIZE"},
-		"max tx":     {append(base, "CONSUMER_MAX_TRANSACTIONS=0"), "CONSUMER_MAX_TRANSACTIONS"},
+		"brokers":     {[]string{"DATABASE_URL=x"}, "KAFKA_BOOTSTRAP_SERVERS"},
+		"database":    {[]string{"KAFKA_BOOTSTRAP_SERVERS=x"}, "DATABASE_URL"},
+		"scale ≤ 0":   {append(base, "RETRY_TIME_SCALE=-1"), "RETRY_TIME_SCALE"},
+		"scale text":  {append(base, "RETRY_TIME_SCALE=x"), "RETRY_TIME_SCALE"},
+		"level":       {append(base, "LOG_LEVEL=chatty"), "LOG_LEVEL"},
+		"batch":       {append(base, "CONSUMER_BATCH_SIZE=0"), "CONSUMER_BATCH_SIZE"},
+		"max tx":      {append(base, "CONSUMER_MAX_TRANSACTIONS=0"), "CONSUMER_MAX_TRANSACTIONS"},
+		"shared < 0":  {append(base, "CONSUMER_SHARED_TRANSACTIONS=-1"), "CONSUMER_SHARED_TRANSACTIONS"},
+		"shared text": {append(base, "CONSUMER_SHARED_TRANSACTIONS=many"), "CONSUMER_SHARED_TRANSACTIONS"},
 	}
 	for name, c := range bad {
 		t.Run("invalid "+name, func(t *testing.T) {

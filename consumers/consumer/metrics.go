@@ -25,6 +25,7 @@ type metrics struct {
 	unknownType      *prometheus.CounterVec   // pin_consumer_unknown_event_types_total{event_type}
 	batchSize        prometheus.Histogram     // pin_consumer_batch_size
 	batchReruns      *prometheus.CounterVec   // pin_consumer_batch_reruns_total{reason}
+	sharedRuns       prometheus.Histogram     // pin_consumer_shared_transaction_runs
 
 	specDuration  prometheus.Observer
 	specDLQ       *prometheus.CounterVec
@@ -70,16 +71,20 @@ func newMetrics(reg prometheus.Registerer, svc Service, lagSource func(context.C
 		}, []string{"event_type"}),
 		batchSize: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name: "pin_consumer_batch_size", Help: "Messages committed per database transaction.",
-			Buckets: prometheus.ExponentialBuckets(1, 2, 8),
+			Buckets: prometheus.ExponentialBuckets(1, 2, 9),
 		}),
 		batchReruns: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "pin_consumer_batch_reruns_total",
-			Help: "Batches rolled back and run again at once: processed-already (redelivered messages taken out, as after a rebalance or a restart), lost-race (the marks' insert was a deadlock's victim).",
+			Help: "Batches rolled back and run again at once: processed-already (redelivered messages taken out, as after a rebalance or a restart), lost-race (the marks' insert was a deadlock's victim), shared-failed (a transaction shared by several partitions' runs did not commit: each runs again on its own).",
 		}, []string{"reason"}),
+		sharedRuns: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "pin_consumer_shared_transaction_runs", Help: "Partitions' runs per shared transaction (CONSUMER_SHARED_TRANSACTIONS).",
+			Buckets: []float64{1, 2, 3, 4, 6, 8, 12, 16},
+		}),
 	}
 	g.MustRegister(m.messages, m.duration, m.retries, m.dlq, m.parked, m.paused, m.inFlight,
-		m.lag, m.contractMismatch, m.unknownType, m.batchSize, m.batchReruns)
-	for _, reason := range []string{"processed-already", "lost-race"} {
+		m.lag, m.contractMismatch, m.unknownType, m.batchSize, m.batchReruns, m.sharedRuns)
+	for _, reason := range []string{"processed-already", "lost-race", "shared-failed"} {
 		m.batchReruns.WithLabelValues(reason) // a series from the start: rate() and alerts see zeros
 	}
 

@@ -143,10 +143,31 @@ func (w *worker) handle(batch []queued) bool {
 
 // runRouted processes routable messages, several per transaction (a lone
 // one goes through the batch path too when the service has a Prepare, else
-// through processOne). When a handler fails, the transaction is rolled back; the messages before it are
+// through processOne). With CONSUMER_SHARED_TRANSACTIONS the run first
+// tries a transaction shared with other partitions' runs (share.go); if
+// that is not committed, the run goes on as below, on its own.
+func (w *worker) runRouted(items []*item) bool {
+	if s := w.r.share; s != nil && (len(items) > 1 || w.r.svc.Prepare != nil) {
+		res := s.run(w, items)
+		switch {
+		case res.ok:
+			w.settle(items)
+			return true
+		case res.failed >= 0: // a handler of the run failed
+			return w.failedAt(items, res.failed, res.err) && w.runOwn(items[res.failed+1:])
+		}
+		// Not committed (nothing of it was), for a failure of another
+		// run or of none: on its own, where each failure gets its
+		// treatment.
+	}
+	return w.runOwn(items)
+}
+
+// runOwn is runRouted in transactions of w's partition alone. When a
+// handler fails, the transaction is rolled back; the messages before it are
 // run again (they did not fail), the failing one continues on its own with
 // that failure as its first attempt, and the rest go on as a new batch.
-func (w *worker) runRouted(items []*item) bool {
+func (w *worker) runOwn(items []*item) bool {
 	for len(items) > 0 {
 		if len(items) == 1 && w.r.svc.Prepare == nil {
 			return w.processOne(items[0], nil)
@@ -163,12 +184,20 @@ func (w *worker) runRouted(items []*item) bool {
 			}
 			return true
 		}
-		if !w.runRouted(items[:k]) || !w.processOne(items[k], w.firstAttempt(items[k], err)) {
+		if !w.failedAt(items, k, err) {
 			return false
 		}
 		items = items[k+1:]
 	}
 	return true
+}
+
+// failedAt goes on after the handler of items[k] failed with err in a
+// transaction that was rolled back: the messages before it run again (they
+// did not fail), then items[k] on its own, with that failure as its first
+// attempt.
+func (w *worker) failedAt(items []*item, k int, err error) bool {
+	return w.runOwn(items[:k]) && w.processOne(items[k], w.firstAttempt(items[k], err))
 }
 
 // firstAttempt is what a handler's failure in a batch counts as for its
@@ -209,6 +238,26 @@ func (r *Runtime) processedElsewhere(ctx context.Context, it *item) (bool, error
 // when the batch's marks are inserted is taken out and the batch run again
 // (at most once per such message): it ends as a duplicate.
 func (w *worker) processBatch(items []*item) (ok bool, failed int, err error) {
+	if ok, failed, err = w.commitBatch(items); ok {
+		w.settle(items)
+	}
+	return ok, failed, err
+}
+
+// settle finishes the messages of a committed batch (after-commit hooks,
+// outcome line, metrics) and stores the offset after the last: all of them
+// are of w's partition, in offset order.
+func (w *worker) settle(items []*item) {
+	for _, it := range items {
+		it.attempts = 1
+		w.finish(it, nil)
+	}
+	w.ack(items[len(items)-1].km.TopicPartition.Offset)
+}
+
+// commitBatch is processBatch up to the commit: the messages may be of
+// several partitions (a shared transaction), and nothing is settled.
+func (w *worker) commitBatch(items []*item) (ok bool, failed int, err error) {
 	ctx, span := w.r.tracer.Start(w.ctx, "db.batch", trace.WithAttributes(attribute.Int("pin.batch_size", len(items))))
 	defer span.End()
 	for _, it := range items {
@@ -336,11 +385,6 @@ func (w *worker) batchTx(ctx context.Context, items []*item, rerace bool) (ok bo
 		return false, -1, noRerun, nil
 	}
 	r.m.batchSize.Observe(float64(len(items)))
-	for _, it := range items {
-		it.attempts = 1
-		w.finish(it, nil)
-	}
-	w.ack(items[len(items)-1].km.TopicPartition.Offset)
 	return true, -1, noRerun, nil
 }
 

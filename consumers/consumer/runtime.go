@@ -56,6 +56,9 @@ type Runtime struct {
 	// turns holds a token per partition transaction running when
 	// CONSUMER_MAX_TRANSACTIONS caps them (nil: no cap).
 	turns chan struct{}
+	// share gathers partitions' runs into shared transactions
+	// (CONSUMER_SHARED_TRANSACTIONS; nil: off).
+	share *sharer
 
 	// commitReq asks the committer for a commit of the stored offsets.
 	commitReq chan struct{}
@@ -101,6 +104,9 @@ func New(cfg Config, svc Service, client *ent.Client, db *sql.DB, opts Options) 
 	}
 	if cfg.MaxTransactions > 0 {
 		r.turns = make(chan struct{}, cfg.MaxTransactions)
+	}
+	if cfg.SharedTransactions > 0 {
+		r.share = newSharer(cfg.SharedTransactions, sharedLimit*cfg.BatchSize)
 	}
 	if r.reg == nil {
 		r.reg = prometheus.NewRegistry()

@@ -55,7 +55,7 @@ func TestMaxTransactionsCapsConcurrentTransactions(t *testing.T) {
 		}
 		var o overlap
 		r := consumertest.Start(t, e.cluster.Bootstrap, e.url, o.build(probeService(long...)),
-			consumertest.Options{BatchSize: 4, MaxTransactions: tc.cap})
+			consumertest.Options{BatchSize: 4, MaxTransactions: tc.cap, SharedTransactions: -1})
 		e.waitCommitted(60)
 		if err := r.Stop(); err != nil {
 			t.Fatalf("cap %d: stop: %v", tc.cap, err)
