@@ -2,3 +2,10 @@ package consumer
 
 // IsInfrastructure exposes isInfrastructure to the external tests.
 var IsInfrastructure = isInfrastructure
+
+// SharedWaiting is how many runs wait for a shared transaction's lane.
+func (r *Runtime) SharedWaiting() int {
+	r.share.mu.Lock()
+	defer r.share.mu.Unlock()
+	return len(r.share.pending)
+}

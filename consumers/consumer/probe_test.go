@@ -51,9 +51,30 @@ var slowStarted sync.Map
 // message produced once a slow one started is queued behind it for long.
 const slowFor = 3 * time.Second
 
+// holds maps the MessageId of a "hold" message to its hold: its handler
+// signals started, then waits for release before applying.
+var holds sync.Map
+
+type hold struct {
+	started, release chan struct{}
+	once             *sync.Once
+}
+
+// holdMessage registers a hold for the message id, released at the end of
+// the test at the latest.
+func holdMessage(t *testing.T, id uuid.UUID) hold {
+	h := hold{make(chan struct{}), make(chan struct{}), &sync.Once{}}
+	holds.Store(id, h)
+	t.Cleanup(h.Release)
+	return h
+}
+
+// Release lets the held handler go on.
+func (h hold) Release() { h.once.Do(func() { close(h.release) }) }
+
 type probePayload struct {
 	LeadID uuid.UUID `json:"LeadId"`
-	Mode   string    // "", "invalid", "conflict", "panic", "second-layer", "bug", "slow"
+	Mode   string    // "", "invalid", "conflict", "panic", "second-layer", "bug", "slow", "hold"
 }
 
 // probeService builds the probe; a lead that does not exist is a RetryLater
@@ -88,6 +109,11 @@ func probeService(schedule ...time.Duration) func(prometheus.Registerer) consume
 					case "slow":
 						slowStarted.Store(m.MessageID, true)
 						time.Sleep(slowFor)
+					case "hold":
+						if h, ok := holds.LoadAndDelete(m.MessageID); ok { // held on its first run only
+							close(h.(hold).started)
+							<-h.(hold).release
+						}
 					}
 					l, err := tx.Lead.Query().Where(lead.ID(p.LeadID)).Only(ctx)
 					if ent.IsNotFound(err) {

@@ -38,6 +38,9 @@ const sharedLimit = 4
 type sharer struct {
 	lanes int // shared transactions at once
 	limit int // messages per shared transaction (the leader's own run always goes)
+	// commit runs a shared transaction on the leader's worker:
+	// (*worker).commitBatch (a stand-in in the queue's unit tests).
+	commit func(w *worker, items []*item) (ok bool, failed int, err error)
 
 	mu      sync.Mutex
 	leaders int         // lanes taken: leaders running, or promoted to run, a transaction
@@ -62,7 +65,7 @@ type shared struct {
 }
 
 func newSharer(lanes, limit int) *sharer {
-	return &sharer{lanes: lanes, limit: limit}
+	return &sharer{lanes: lanes, limit: limit, commit: (*worker).commitBatch}
 }
 
 // run has w's run committed in a transaction it may share with the runs of
@@ -156,7 +159,7 @@ func (s *sharer) lead(own *shareReq) (res shared) {
 	}
 	m := own.w.r.m
 	m.sharedRuns.Observe(float64(len(group)))
-	if ok, failed, err = own.w.commitBatch(items); !ok && len(group) > 1 {
+	if ok, failed, err = s.commit(own.w, items); !ok && len(group) > 1 {
 		m.batchReruns.WithLabelValues("shared-failed").Inc()
 	}
 	return res // set by the deferred function
