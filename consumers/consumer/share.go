@@ -25,12 +25,16 @@ import (
 // The guarantees are a batch's: a shared transaction commits all of its
 // runs or none. When it commits, each worker settles its own run (its
 // messages' after-commit hooks, outcome lines, and the offset of its
-// partition, stored only now). When it does not — any failure, of any
-// run — each worker runs its own run again on its own (runOwn), where
-// failures are told apart and treated as without sharing; the shared
-// attempt is not counted as a message's attempt. A worker still waiting
+// partition, stored only now). When a handler fails (or a BeforeCommit
+// blames a message through FailMessage), the failure goes to that
+// message's run, which goes on as after a failure in its own batch: the
+// failure is the message's first attempt. Every other run, and every run
+// after any other failure, runs again on its own (runOwn), where failures
+// are told apart and treated as without sharing. A worker still waiting
 // when its drain budget is spent leaves the queue; one whose run a leader
-// took waits for that transaction's end.
+// took waits for that transaction's end. A waiting worker holds no
+// CONSUMER_MAX_TRANSACTIONS turn: a leader takes one in batchTx, and must
+// not wait for a turn that a run waiting for its lane holds.
 // sharedLimit × CONSUMER_BATCH_SIZE is how many messages a shared
 // transaction takes at most.
 const sharedLimit = 4
@@ -81,6 +85,7 @@ func (s *sharer) run(w *worker, items []*item) shared {
 	}
 	s.pending = append(s.pending, req)
 	s.mu.Unlock()
+	w.giveTurn() // waiting: the turn goes to a transaction that runs
 	select {
 	case res := <-req.done:
 		return res
@@ -115,6 +120,11 @@ func (s *sharer) run(w *worker, items []*item) shared {
 // counts as that message's first attempt, as in a batch of its own.
 func (s *sharer) lead(own *shareReq) (res shared) {
 	s.mu.Lock()
+	if own.w.ctx.Err() != nil { // stopping: its transaction would fail; the lane goes on
+		s.handOnLocked()
+		s.mu.Unlock()
+		return shared{failed: -1}
+	}
 	group := []*shareReq{own}
 	n := len(own.items)
 	rest := s.pending[:0]
@@ -161,6 +171,11 @@ func (s *sharer) lead(own *shareReq) (res shared) {
 	m.sharedRuns.Observe(float64(len(group)))
 	if ok, failed, err = s.commit(own.w, items); !ok && len(group) > 1 {
 		m.batchReruns.WithLabelValues("shared-failed").Inc()
+	}
+	if !ok && own.w.ctx.Err() != nil {
+		// The leader's drain budget was spent: the transaction was
+		// cancelled, and what failed in it is no message's attempt.
+		failed = -1
 	}
 	return res // set by the deferred function
 }

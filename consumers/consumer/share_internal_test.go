@@ -1,6 +1,7 @@
 package consumer
 
 import (
+	"errors"
 	"testing"
 	"time"
 
@@ -158,5 +159,81 @@ func TestALeaderTakesTheWaitingRunsUpToTheLimit(t *testing.T) {
 	}
 	if n := f.leaders(); n != 0 {
 		t.Fatalf("%d lanes taken at the end, want 0", n)
+	}
+}
+
+// A worker that waits for a lane gives its CONSUMER_MAX_TRANSACTIONS turn
+// up: a leader, which takes a turn for its transaction, must not wait for
+// one that a run waiting for the leader's lane holds.
+func TestAWaitingRunHoldsNoTurn(t *testing.T) {
+	f := newShareFixture(t)
+	f.r.turns = make(chan struct{}, 1)
+	f.s.leaders = 1 // the lane is held
+	w := newTurnWorker(f.r)
+	t.Cleanup(w.cancel)
+	if !w.takeTurn(nil) { // as the run loop does before it gathers a batch
+		t.Fatal("takeTurn")
+	}
+	it := &item{}
+	f.owner[it] = w
+	res := make(chan shared, 1)
+	go func() { res <- f.s.run(w, []*item{it}) }()
+	f.waitPending(1)
+	for deadline := time.Now().Add(10 * time.Second); w.hasTurn.Load() || len(f.r.turns) != 0; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("a run waiting for the lane still holds its turn")
+		}
+	}
+	f.s.mu.Lock()
+	f.s.handOnLocked()
+	f.s.mu.Unlock()
+	if got := <-res; !got.ok {
+		t.Fatalf("run = %+v, want committed", got)
+	}
+}
+
+// When the leader's drain budget is spent, its transaction is cancelled:
+// the failure that shows in it (a cancelled statement, in whichever
+// handler ran) is no message's attempt. Every run goes its own way.
+func TestALeaderCancelledMidTransactionBlamesNoMessage(t *testing.T) {
+	f := newShareFixture(t)
+	f.s.leaders = 1 // the lane is held
+	leader, resL := f.start()
+	f.waitPending(1)
+	_, resF := f.start()
+	f.waitPending(2)
+	f.s.commit = func(_ *worker, items []*item) (bool, int, error) {
+		leader.cancel()                                                            // the budget is spent mid-transaction
+		return false, 1, errors.New("pq: canceling statement due to user request") // in the follower's handler
+	}
+	f.s.mu.Lock()
+	f.s.handOnLocked() // the leader leads both runs
+	f.s.mu.Unlock()
+	for name, res := range map[string]chan shared{"leader": resL, "follower": resF} {
+		if got := <-res; got.ok || got.failed != -1 {
+			t.Fatalf("%s's run = %+v, want not committed and no failure of its own", name, got)
+		}
+	}
+	if n := f.leaders(); n != 0 {
+		t.Fatalf("%d lanes taken at the end, want 0", n)
+	}
+}
+
+// A worker that is stopping does not lead: the lane goes on, and the runs
+// waiting are not taken into a transaction bound to fail.
+func TestAStoppingWorkerDoesNotLead(t *testing.T) {
+	f := newShareFixture(t)
+	w := newTurnWorker(f.r)
+	w.cancel()
+	if got := f.s.run(w, []*item{{}}); got.ok || got.failed != -1 {
+		t.Fatalf("run = %+v, want not committed, no failure of its own", got)
+	}
+	if n := f.leaders(); n != 0 {
+		t.Fatalf("%d lanes taken, want 0", n)
+	}
+	select {
+	case ws := <-f.ran:
+		t.Fatalf("a transaction ran %d runs", len(ws))
+	default:
 	}
 }
