@@ -11,8 +11,7 @@ import (
 // ready partition then runs its own transaction: at partial load the
 // batches are small, and the fixed cost of a transaction (its BEGIN,
 // Prepare's reads, the set-based writes, the marks, the commit's flush) is
-// paid per partition, so a machine shared with PostgreSQL stays busy, and
-// latency high, at half the rate it could carry.
+// paid per partition.
 //
 // With sharing, at most `lanes` transactions run at once, and the routable
 // runs of the partitions that become ready while they run wait, then go
@@ -35,6 +34,12 @@ import (
 // took waits for that transaction's end. A waiting worker holds no
 // CONSUMER_MAX_TRANSACTIONS turn: a leader takes one in batchTx, and must
 // not wait for a turn that a run waiting for its lane holds.
+//
+// One lane pays the fixed part least often, but the handlers of a shared
+// transaction run one after the other on its leader's goroutine while
+// PostgreSQL waits, and PostgreSQL's work overlaps no handler's: two lanes
+// (the default) overlap them (bench/README.md, "Shared transactions").
+
 // sharedLimit × CONSUMER_BATCH_SIZE is how many messages a shared
 // transaction takes at most.
 const sharedLimit = 4
