@@ -120,6 +120,16 @@ func ConfigFromEnv(environ []string, defaultHTTP string) (Config, error) {
 			*dst = n
 		}
 	}
+	countVar := func(name string, dst *int) { // 0 allowed: off
+		if v := env[name]; v != "" {
+			n, err := strconv.Atoi(v)
+			if err != nil || n < 0 {
+				fail(name, fmt.Errorf("%q is not a whole number ≥ 0", v))
+				return
+			}
+			*dst = n
+		}
+	}
 	durVar := func(name string, dst *time.Duration) {
 		if v := env[name]; v != "" {
 			d, err := time.ParseDuration(v)
@@ -141,22 +151,8 @@ func ConfigFromEnv(environ []string, defaultHTTP string) (Config, error) {
 	intVar("CONSUMER_QUEUE_SIZE", &c.QueueSize)
 	intVar("DATABASE_MAX_CONNS", &c.DBMaxConns)
 	intVar("CONSUMER_MAX_TRANSACTIONS", &c.MaxTransactions)
-	if v := env["CONSUMER_SHARED_TRANSACTIONS"]; v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 0 {
-			fail("CONSUMER_SHARED_TRANSACTIONS", fmt.Errorf("%q is not a whole number ≥ 0", v))
-		} else {
-			c.SharedTransactions = n
-		}
-	}
-	if v := env["DATABASE_STATEMENT_CACHE"]; v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 0 {
-			fail("DATABASE_STATEMENT_CACHE", fmt.Errorf("%q is not a whole number ≥ 0", v))
-		} else {
-			c.StatementCache = n
-		}
-	}
+	countVar("CONSUMER_SHARED_TRANSACTIONS", &c.SharedTransactions)
+	countVar("DATABASE_STATEMENT_CACHE", &c.StatementCache)
 	durVar("CONSUMER_DRAIN_TIMEOUT", &c.DrainTimeout)
 	durVar("CONSUMER_STUCK_AFTER", &c.StuckAfter)
 	durVar("CONSUMER_PARKED_POLL", &c.ParkedPoll)

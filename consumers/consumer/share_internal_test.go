@@ -59,6 +59,27 @@ func (f *shareFixture) waitPending(n int) {
 	}
 }
 
+// twoWaiting holds the lane and queues two runs behind it, in order.
+func (f *shareFixture) twoWaiting() (a *worker, resA chan shared, b *worker, resB chan shared) {
+	f.t.Helper()
+	f.s.leaders = 1 // the lane is held
+	a, resA = f.start()
+	f.waitPending(1)
+	b, resB = f.start()
+	f.waitPending(2)
+	return a, resA, b, resB
+}
+
+// noneRan fails the test if a transaction ran.
+func (f *shareFixture) noneRan() {
+	f.t.Helper()
+	select {
+	case ws := <-f.ran:
+		f.t.Fatalf("a transaction ran %d runs", len(ws))
+	default:
+	}
+}
+
 func (f *shareFixture) leaders() int {
 	f.s.mu.Lock()
 	defer f.s.mu.Unlock()
@@ -80,22 +101,14 @@ func TestAWaitingRunLeavesTheQueueWhenItsBudgetIsSpent(t *testing.T) {
 	if n := f.leaders(); n != 1 {
 		t.Fatalf("%d lanes taken, want 1 (the holder's)", n)
 	}
-	select {
-	case ws := <-f.ran:
-		t.Fatalf("a transaction ran %d runs", len(ws))
-	default:
-	}
+	f.noneRan()
 }
 
 // A lane handed to a worker that is stopping is passed on to the next
 // waiting run; the last leader frees it. No run is left waiting.
 func TestALaneHandedToAStoppingWorkerGoesOn(t *testing.T) {
 	f := newShareFixture(t)
-	f.s.leaders = 1 // the lane is held
-	b, resB := f.start()
-	f.waitPending(1)
-	c, resC := f.start()
-	f.waitPending(2)
+	b, resB, c, resC := f.twoWaiting()
 
 	// The holder finishes while b is stopping: b is promoted, and either
 	// sees its stop first (and hands the lane on) or leads a transaction
@@ -197,11 +210,7 @@ func TestAWaitingRunHoldsNoTurn(t *testing.T) {
 // handler ran) is no message's attempt. Every run goes its own way.
 func TestALeaderCancelledMidTransactionBlamesNoMessage(t *testing.T) {
 	f := newShareFixture(t)
-	f.s.leaders = 1 // the lane is held
-	leader, resL := f.start()
-	f.waitPending(1)
-	_, resF := f.start()
-	f.waitPending(2)
+	leader, resL, _, resF := f.twoWaiting()
 	f.s.commit = func(_ *worker, items []*item) (bool, int, error) {
 		leader.cancel()                                                            // the budget is spent mid-transaction
 		return false, 1, errors.New("pq: canceling statement due to user request") // in the follower's handler
@@ -231,9 +240,5 @@ func TestAStoppingWorkerDoesNotLead(t *testing.T) {
 	if n := f.leaders(); n != 0 {
 		t.Fatalf("%d lanes taken, want 0", n)
 	}
-	select {
-	case ws := <-f.ran:
-		t.Fatalf("a transaction ran %d runs", len(ws))
-	default:
-	}
+	f.noneRan()
 }
