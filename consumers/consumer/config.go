@@ -31,11 +31,11 @@ type Config struct {
 	// connection keeps prepared (default DefaultStatementCache; 0: none).
 	StatementCache int
 	Pprof          bool // CONSUMER_PPROF: serve net/http/pprof under /debug/pprof/ on HTTP_ADDR (default false)
-	// MaxTransactions (CONSUMER_MAX_TRANSACTIONS) caps the partition
-	// transactions that run at once (default 0: no cap, each assigned
-	// partition runs its own). A worker waits for a turn before it gathers
-	// its batch, so what arrives meanwhile joins it; it gives the turn up
-	// while it backs off.
+	// MaxTransactions (CONSUMER_MAX_TRANSACTIONS) caps the transactions
+	// that run at once (default 0: no cap). A worker waits for a turn
+	// before it gathers its batch, so what arrives meanwhile joins it; it
+	// gives the turn up while it backs off and while its run waits for a
+	// shared transaction's lane.
 	MaxTransactions int
 	// SharedTransactions (CONSUMER_SHARED_TRANSACTIONS) lets the batches of
 	// partitions ready at the same time share one transaction, with at most

@@ -147,7 +147,7 @@ func (w *worker) handle(batch []queued) bool {
 // tries a transaction shared with other partitions' runs (share.go); if
 // that is not committed, the run goes on as below, on its own.
 func (w *worker) runRouted(items []*item) bool {
-	if s := w.r.share; s != nil && (len(items) > 1 || w.r.svc.Prepare != nil) {
+	if s := w.r.share; s != nil && !w.alone(items) {
 		res := s.run(w, items)
 		switch {
 		case res.ok:
@@ -169,7 +169,7 @@ func (w *worker) runRouted(items []*item) bool {
 // that failure as its first attempt, and the rest go on as a new batch.
 func (w *worker) runOwn(items []*item) bool {
 	for len(items) > 0 {
-		if len(items) == 1 && w.r.svc.Prepare == nil {
+		if w.alone(items) {
 			return w.processOne(items[0], nil)
 		}
 		ok, k, err := w.processBatch(items)
@@ -190,6 +190,12 @@ func (w *worker) runOwn(items []*item) bool {
 		items = items[k+1:]
 	}
 	return true
+}
+
+// alone reports a run that takes the per-message path: a lone message of
+// a service without Prepare.
+func (w *worker) alone(items []*item) bool {
+	return len(items) == 1 && w.r.svc.Prepare == nil
 }
 
 // failedAt goes on after the handler of items[k] failed with err in a

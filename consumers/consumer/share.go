@@ -107,15 +107,13 @@ func (s *sharer) run(w *worker, items []*item) shared {
 		s.mu.Unlock()
 		return shared{failed: -1}
 	}
-	select {
-	case <-req.lead: // promoted meanwhile: the lane goes to the next
-		s.handOnLocked()
-		s.mu.Unlock()
-		return shared{failed: -1}
-	default:
-	}
 	s.mu.Unlock()
-	return <-req.done // its transaction ends with its leader's
+	select {
+	case <-req.lead: // promoted meanwhile: lead hands the lane on, as w is stopping
+		return s.lead(req)
+	default:
+		return <-req.done // taken: its transaction ends with its leader's
+	}
 }
 
 // lead runs own's run, with the runs waiting now (up to limit messages), in
