@@ -24,12 +24,18 @@ func TestConsumerConfigDefaultsAndOverrides(t *testing.T) {
 	if got := cm["queued.max.messages.kbytes"]; got != 4096 {
 		t.Fatalf("queued.max.messages.kbytes = %v, want 4096 by default", got)
 	}
+	if got := cm["fetch.queue.backoff.ms"]; got != 10 {
+		t.Fatalf("fetch.queue.backoff.ms = %v, want 10 by default: librdkafka's 1 s stalls a consumer catching up", got)
+	}
 	if got := cm["auto.offset.reset"]; got != "earliest" {
 		t.Fatalf("auto.offset.reset = %v, want earliest", got)
 	}
-	cm = build("KAFKA_QUEUED_MAX_MESSAGES_KBYTES=65536", "KAFKA_ENABLE_AUTO_OFFSET_STORE=true", "KAFKA_GROUP_ID=other")
+	cm = build("KAFKA_QUEUED_MAX_MESSAGES_KBYTES=65536", "KAFKA_FETCH_QUEUE_BACKOFF_MS=1000", "KAFKA_ENABLE_AUTO_OFFSET_STORE=true", "KAFKA_GROUP_ID=other")
 	if got := cm["queued.max.messages.kbytes"]; got != "65536" {
 		t.Fatalf("queued.max.messages.kbytes = %v, want the environment's 65536", got)
+	}
+	if got := cm["fetch.queue.backoff.ms"]; got != "1000" {
+		t.Fatalf("fetch.queue.backoff.ms = %v, want the environment's 1000", got)
 	}
 	if cm["enable.auto.offset.store"] != false || cm["group.id"] != "g" {
 		t.Fatalf("enable.auto.offset.store = %v, group.id = %v: the environment must not override them", cm["enable.auto.offset.store"], cm["group.id"])

@@ -167,6 +167,15 @@ var consumerDefaults = kafka.ConfigMap{
 	// 60.3 with 8 MiB, at the same rate; with the statement cache, 65.9–66.8
 	// with 8 MiB and 60.0 with 4 MiB, at the same rate.
 	"queued.max.messages.kbytes": 4096,
+	// Once a partition's prefetch passes that bound (or
+	// queued.min.messages), librdkafka postpones its next fetch by this
+	// long: 1 s by default, while the workers drain 4 MiB in a fraction of
+	// it and then wait on an empty queue. 10 ms re-checks often enough
+	// that a consumer catching up never waits on its own prefetch, and a
+	// re-check that finds the queue still full sends nothing.
+	// bench: the broker-only loop read 11–25k events/s with 1 s and
+	// 76–157k with 10 ms (N = 30k–100k, the same machine and hour).
+	"fetch.queue.backoff.ms": 10,
 }
 
 // KafkaConsumerDefaults returns (a copy of) the runtime's librdkafka
