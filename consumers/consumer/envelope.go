@@ -47,8 +47,16 @@ func DecodeEnvelope(value []byte) (Envelope, error) {
 	// unexpected type must not make the whole envelope unreadable.
 	// encoding/json matches names case-insensitively; a member given twice
 	// (in any case) counts as its last occurrence.
-	var w envelopeWire
-	if err := unmarshal(v, &w); err != nil {
+	var w struct {
+		MessageID       json.RawMessage `json:"MessageId"`
+		EventType       json.RawMessage `json:"EventType"`
+		ContractVersion json.RawMessage `json:"ContractVersion"`
+		CreatedAt       json.RawMessage `json:"CreatedAt"`
+		AggregateID     json.RawMessage `json:"AggregateId"`
+		AggregateType   json.RawMessage `json:"AggregateType"`
+		Payload         json.RawMessage `json:"Payload"`
+	}
+	if err := json.Unmarshal(v, &w); err != nil {
 		return Envelope{}, EnvelopeInvalid.Errorf("unreadable envelope: %v", err)
 	}
 	var e Envelope
@@ -96,17 +104,6 @@ func DecodeEnvelope(value []byte) (Envelope, error) {
 	return e, nil
 }
 
-// envelopeWire is the envelope as it is read: every member raw.
-type envelopeWire struct {
-	MessageID       json.RawMessage `json:"MessageId"`
-	EventType       json.RawMessage `json:"EventType"`
-	ContractVersion json.RawMessage `json:"ContractVersion"`
-	CreatedAt       json.RawMessage `json:"CreatedAt"`
-	AggregateID     json.RawMessage `json:"AggregateId"`
-	AggregateType   json.RawMessage `json:"AggregateType"`
-	Payload         json.RawMessage `json:"Payload"`
-}
-
 // jsonString reads a JSON string value (raw is valid JSON): without escapes
 // and in valid UTF-8 it is the text between the quotes, else encoding/json
 // decodes it (which replaces invalid UTF-8 with U+FFFD: an EventType ends up
@@ -116,7 +113,7 @@ func jsonString(raw json.RawMessage) (string, bool) {
 		return string(raw[1 : n-1]), true
 	}
 	var s string
-	if err := unmarshal(raw, &s); err != nil {
+	if err := json.Unmarshal(raw, &s); err != nil {
 		return "", false
 	}
 	return s, true
@@ -146,7 +143,7 @@ func DecodePayload[P any](m *Message) (P, error) {
 	if v[0] != '{' {
 		return p, m.invalid.Errorf("Payload is not a JSON object")
 	}
-	if err := unmarshal(v, &p); err != nil {
+	if err := json.Unmarshal(v, &p); err != nil {
 		var te *json.UnmarshalTypeError
 		if errors.As(err, &te) && te.Field != "" {
 			return p, m.invalid.Errorf("Payload.%s: %s is not a valid %s", te.Field, te.Value, te.Type)
