@@ -110,26 +110,18 @@ func ConfigFromEnv(environ []string, defaultHTTP string) (Config, error) {
 		}
 		c.RetryTimeScale = f
 	}
-	intVar := func(name string, dst *int) {
+	wholeVar := func(name string, dst *int, least int) {
 		if v := env[name]; v != "" {
 			n, err := strconv.Atoi(v)
-			if err != nil || n < 1 {
-				fail(name, fmt.Errorf("%q is not a whole number ≥ 1", v))
+			if err != nil || n < least {
+				fail(name, fmt.Errorf("%q is not a whole number ≥ %d", v, least))
 				return
 			}
 			*dst = n
 		}
 	}
-	countVar := func(name string, dst *int) { // 0 allowed: off
-		if v := env[name]; v != "" {
-			n, err := strconv.Atoi(v)
-			if err != nil || n < 0 {
-				fail(name, fmt.Errorf("%q is not a whole number ≥ 0", v))
-				return
-			}
-			*dst = n
-		}
-	}
+	intVar := func(name string, dst *int) { wholeVar(name, dst, 1) }
+	countVar := func(name string, dst *int) { wholeVar(name, dst, 0) } // 0: off
 	durVar := func(name string, dst *time.Duration) {
 		if v := env[name]; v != "" {
 			d, err := time.ParseDuration(v)

@@ -20,10 +20,10 @@ import (
 // third of PostgreSQL's CPU (bench/README.md, "Prepared statements").
 // A statement without arguments (BEGIN, COMMIT, a plain query) still goes
 // through the simple protocol, and a statement is prepared only the second
-// time its connection sees it: the IN lists and VALUES rows of a batch make a statement's
-// text depend on the batch's size (messenger's on two sizes), and a text
-// seen once is likely never seen again; preparing it would cost a round
-// trip, and a second one to evict it later.
+// time its connection sees it: the IN lists and VALUES rows of a batch
+// make a statement's text depend on the batch's size (messenger's on two
+// sizes), and a text seen once is likely never seen again; preparing it
+// would cost a round trip, and a second one to evict it later.
 //
 // PostgreSQL re-plans a prepared statement by itself when a table it uses
 // changes. The one change it refuses is a new result type ("cached plan
