@@ -179,12 +179,11 @@ func (e *env) count(q string, args ...any) int {
 	return n
 }
 
-// holdMark begins a transaction that holds id's mark, uncommitted: another
-// processor of the message (a parked re-drive, a member that lost its
-
 // insertMark records a probe message as processed ('applied').
 const insertMark = `INSERT INTO processed_messages (idempotency_key, consumer_group, topic, "partition", "offset", outcome) VALUES ($1, $2, $3, $4, $5, 'applied')`
 
+// holdMark begins a transaction that holds id's mark, uncommitted: another
+// processor of the message (a parked re-drive, a member that lost its
 // assignment). The test commits it; a failed test rolls it back.
 func (e *env) holdMark(id uuid.UUID, partition int32, offset int64) *sql.Tx {
 	e.t.Helper()

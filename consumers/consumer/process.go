@@ -25,6 +25,7 @@ type item struct {
 	decodeErr error
 	route     Route
 	routed    bool
+	id        string          // the MessageId as text, once decoded
 	key       string          // idempotency key
 	start     time.Time       // handed to its worker: its duration counts the queue
 	ctx       context.Context // carries the message's span
@@ -48,13 +49,10 @@ func (it *item) dropHooks() {
 func (r *Runtime) prepare(km *kafka.Message, at time.Time) *item {
 	it := &item{km: km, start: at}
 	ctx := r.prop.Extract(context.Background(), headerCarrier(km.Headers))
-	it.ctx, it.span = r.tracer.Start(ctx, "process "+r.svc.Topic,
+	it.ctx, it.span = r.tracer.Start(ctx, r.span.name,
 		trace.WithTimestamp(at), // as the duration: from the hand-over
-		trace.WithSpanKind(trace.SpanKindConsumer),
+		r.span.kind, r.span.attrs,
 		trace.WithAttributes(
-			attribute.String("messaging.system", "kafka"),
-			attribute.String("messaging.destination.name", r.svc.Topic),
-			attribute.String("messaging.consumer.group.name", r.svc.Group),
 			attribute.Int("messaging.destination.partition.id", int(km.TopicPartition.Partition)),
 			attribute.Int64("messaging.kafka.offset", int64(km.TopicPartition.Offset)),
 		))
@@ -71,13 +69,16 @@ func (r *Runtime) prepare(km *kafka.Message, at time.Time) *item {
 		Key:       km.Key,
 		invalid:   r.svc.InvalidCode,
 	}
-	it.span.SetAttributes(
-		attribute.String("messaging.message.id", env.MessageID.String()),
-		attribute.String("pin.event_type", env.EventType))
+	it.id = env.MessageID.String()
+	if it.span.IsRecording() { // not built for a tracer that is off
+		it.span.SetAttributes(
+			attribute.String("messaging.message.id", it.id),
+			attribute.String("pin.event_type", env.EventType))
+	}
 	it.route, it.routed = r.svc.route(env.EventType)
 	r.logFor(it).Debug().Msg("consumed")
 	if it.routed {
-		it.key = it.route.KeyPrefix + env.MessageID.String()
+		it.key = it.route.KeyPrefix + it.id
 	}
 	return it
 }
@@ -93,7 +94,7 @@ func (r *Runtime) logFor(it *item) *zerolog.Logger {
 		Int32("partition", it.km.TopicPartition.Partition).
 		Int64("offset", int64(it.km.TopicPartition.Offset))
 	if it.msg != nil {
-		l = l.Str("MessageId", it.msg.MessageID.String()).Str("EventType", it.msg.EventType)
+		l = l.Str("MessageId", it.id).Str("EventType", it.msg.EventType)
 	}
 	lg := l.Logger()
 	if it.msg != nil || it.decodeErr != nil { // decoded (or not decodable): final

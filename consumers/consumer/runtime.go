@@ -18,6 +18,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/rs/zerolog"
 	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 
@@ -44,6 +45,12 @@ type Runtime struct {
 	m      *metrics
 	tracer trace.Tracer
 	prop   propagation.TextMapPropagator
+
+	// span is what every message's consumer span starts with.
+	span struct {
+		name        string
+		kind, attrs trace.SpanStartOption
+	}
 
 	consumer *kafka.Consumer
 	dlq      *dlqProducer
@@ -117,6 +124,12 @@ func New(cfg Config, svc Service, client *ent.Client, db *sql.DB, opts Options) 
 		tp = otel.GetTracerProvider()
 	}
 	r.tracer = tp.Tracer("github.com/pin-platform/consumers/consumers/consumer")
+	r.span.name = "process " + svc.Topic
+	r.span.kind = trace.WithSpanKind(trace.SpanKindConsumer)
+	r.span.attrs = trace.WithAttributes(
+		attribute.String("messaging.system", "kafka"),
+		attribute.String("messaging.destination.name", svc.Topic),
+		attribute.String("messaging.consumer.group.name", svc.Group))
 	if r.prop == nil {
 		r.prop = propagation.TraceContext{}
 	}

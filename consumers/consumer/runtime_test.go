@@ -16,6 +16,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/pin-platform/consumers/consumers/consumer"
 	"github.com/pin-platform/consumers/consumers/consumer/consumertest"
@@ -416,21 +417,39 @@ func TestTraceparentIsContinued(t *testing.T) {
 	e := newEnv(t)
 	rec := tracetest.NewSpanRecorder()
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
-	_, v := envelope(e.lead(), "")
+	id, v := envelope(e.lead(), "")
 	const traceID, parentID = "4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7"
 	e.cluster.Produce(t, probeTopic, kafkatest.Message{Partition: 0, Key: []byte("k"), Value: v,
 		Headers: map[string]string{"traceparent": "00-" + traceID + "-" + parentID + "-01"}})
 	consumertest.Start(t, e.cluster.Bootstrap, e.url, probeService(long...), consumertest.Options{TracerProvider: tp})
 	e.waitCommitted(1)
+	var span sdktrace.ReadOnlySpan
 	kafkatest.Eventually(t, 5*time.Second, func() bool {
 		for _, s := range rec.Ended() {
 			if s.Name() == "process "+probeTopic && s.SpanContext().TraceID().String() == traceID &&
 				s.Parent().SpanID().String() == parentID {
+				span = s
 				return true
 			}
 		}
 		return false
 	}, "a consumer span continuing the trace")
+	if k := span.SpanKind(); k != trace.SpanKindConsumer {
+		t.Errorf("span kind %v, want consumer", k)
+	}
+	attrs := map[string]string{}
+	for _, a := range span.Attributes() {
+		attrs[string(a.Key)] = a.Value.String()
+	}
+	for k, want := range map[string]string{
+		"messaging.system": "kafka", "messaging.destination.name": probeTopic, "messaging.consumer.group.name": probeGroup,
+		"messaging.destination.partition.id": "0", "messaging.kafka.offset": "0",
+		"messaging.message.id": id.String(), "pin.event_type": probeType, "pin.outcome": "applied",
+	} {
+		if attrs[k] != want {
+			t.Errorf("span attribute %s = %q, want %q", k, attrs[k], want)
+		}
+	}
 	var db bool
 	for _, s := range rec.Ended() {
 		if strings.HasPrefix(s.Name(), "db.") && s.SpanContext().TraceID().String() == traceID {
