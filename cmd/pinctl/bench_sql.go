@@ -130,13 +130,11 @@ SELECT md5('b' || i)::uuid, md5('r' || i)::uuid, gen_random_uuid(), 'Active', no
 			return append(body,
 				fmt.Sprintf(`INSERT INTO chat_events (chat_id, created_at, id, occurred_at, %srole, source_message_id, type, user_id) VALUES (:id, now(), gen_random_uuid(), now(), %s'Lawyer', md5(:m::text)::uuid, '%s', gen_random_uuid()) RETURNING id;`, prev, prevVal, factType),
 				`INSERT INTO chat_updates (recipient_user_ids, revoked_user_ids, created_at, chat_id, id) VALUES (ARRAY[gen_random_uuid(), gen_random_uuid(), gen_random_uuid(), gen_random_uuid(), gen_random_uuid()], '{}', now(), :id, gen_random_uuid()) RETURNING id AS update_id \gset`,
+				`SELECT pg_notify('chat_updates', :update_id);`,
 			)
 		}
-		// The notification goes after the commit, a statement of its own
-		// (consumer.NotifyAfterCommit).
 		tx := func(change []string, factType, prevRole string) string {
-			return eventTx("messenger-lead-participants:", group, topic, "synced", sets, common(change, factType, prevRole)...) +
-				"SELECT pg_notify('chat_updates', :update_id);\n"
+			return eventTx("messenger-lead-participants:", group, topic, "synced", sets, common(change, factType, prevRole)...)
 		}
 		return sqlLimit{
 			seed: []string{

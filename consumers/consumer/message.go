@@ -50,16 +50,12 @@ type Route struct {
 	Handle    Handler
 }
 
-// state is per attempt: what a handler registered to run after commit, the
-// notifications it queued and the fields it wants on the message's log line.
+// state is per attempt: what a handler registered to run after commit and
+// the fields it wants on the message's log line.
 type state struct {
 	afterCommit []func()
-	notify      []notification
 	fields      []func(*zerolog.Event)
 }
-
-// notification is a PostgreSQL NOTIFY queued by NotifyAfterCommit.
-type notification struct{ channel, payload string }
 
 type stateKey struct{}
 
@@ -73,26 +69,6 @@ func withState(ctx context.Context, s *state) context.Context {
 func AfterCommit(ctx context.Context, fn func()) {
 	if s, ok := ctx.Value(stateKey{}).(*state); ok {
 		s.afterCommit = append(s.afterCommit, fn)
-	}
-}
-
-// NotifyAfterCommit queues a PostgreSQL NOTIFY on channel with payload, sent
-// once the attempt's transaction has committed, in one statement outside
-// any transaction with the other notifications that are waiting by then (a
-// batch's in offset order; notify.go). It is dropped when the attempt rolls
-// back. Delivery is at most once, as LISTEN/NOTIFY itself is: a
-// process that stops between the commit and the send, or a send that fails
-// (counted in pin_consumer_notifications_lost_total and logged), loses the
-// notification, so what it announces must be in a committed row its
-// listener can sweep (messenger's chat_updates with pushed_at IS NULL).
-//
-// Why not NOTIFY inside the transaction: PostgreSQL makes the commits of
-// transactions that NOTIFY wait for each other (one lock per cluster, held
-// through the commit's WAL flush), and a full notification queue fails
-// their commit; sent after the commit, neither holds up the data.
-func NotifyAfterCommit(ctx context.Context, channel, payload string) {
-	if s, ok := ctx.Value(stateKey{}).(*state); ok {
-		s.notify = append(s.notify, notification{channel, payload})
 	}
 }
 

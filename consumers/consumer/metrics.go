@@ -13,20 +13,19 @@ import (
 // metrics are the runtime's generic families (label service on each) and
 // the spec-named families of the service.
 type metrics struct {
-	messages          *prometheus.CounterVec   // pin_consumer_messages_total{event_type,outcome}
-	duration          *prometheus.HistogramVec // pin_consumer_message_duration_seconds{event_type}
-	retries           *prometheus.CounterVec   // pin_consumer_retries_total{class,code}
-	dlq               *prometheus.CounterVec   // pin_consumer_dlq_total{code}
-	parked            *prometheus.CounterVec   // pin_consumer_parked_total{code}
-	paused            prometheus.Gauge         // pin_consumer_paused_partitions
-	inFlight          prometheus.Gauge         // pin_consumer_in_flight_messages
-	lag               *prometheus.GaugeVec     // pin_consumer_lag_messages{topic,partition}
-	contractMismatch  prometheus.Counter       // pin_consumer_contract_mismatch_total
-	unknownType       *prometheus.CounterVec   // pin_consumer_unknown_event_types_total{event_type}
-	batchSize         prometheus.Histogram     // pin_consumer_batch_size
-	batchReruns       *prometheus.CounterVec   // pin_consumer_batch_reruns_total{reason}
-	sharedRuns        prometheus.Histogram     // pin_consumer_shared_transaction_runs
-	notificationsLost prometheus.Counter       // pin_consumer_notifications_lost_total
+	messages         *prometheus.CounterVec   // pin_consumer_messages_total{event_type,outcome}
+	duration         *prometheus.HistogramVec // pin_consumer_message_duration_seconds{event_type}
+	retries          *prometheus.CounterVec   // pin_consumer_retries_total{class,code}
+	dlq              *prometheus.CounterVec   // pin_consumer_dlq_total{code}
+	parked           *prometheus.CounterVec   // pin_consumer_parked_total{code}
+	paused           prometheus.Gauge         // pin_consumer_paused_partitions
+	inFlight         prometheus.Gauge         // pin_consumer_in_flight_messages
+	lag              *prometheus.GaugeVec     // pin_consumer_lag_messages{topic,partition}
+	contractMismatch prometheus.Counter       // pin_consumer_contract_mismatch_total
+	unknownType      *prometheus.CounterVec   // pin_consumer_unknown_event_types_total{event_type}
+	batchSize        prometheus.Histogram     // pin_consumer_batch_size
+	batchReruns      *prometheus.CounterVec   // pin_consumer_batch_reruns_total{reason}
+	sharedRuns       prometheus.Histogram     // pin_consumer_shared_transaction_runs
 
 	specDuration  prometheus.Observer
 	specDLQ       *prometheus.CounterVec
@@ -82,13 +81,9 @@ func newMetrics(reg prometheus.Registerer, svc Service, lagSource func(context.C
 			Name: "pin_consumer_shared_transaction_runs", Help: "Partitions' runs per shared transaction (CONSUMER_SHARED_TRANSACTIONS).",
 			Buckets: []float64{1, 2, 3, 4, 6, 8, 12, 16},
 		}),
-		notificationsLost: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "pin_consumer_notifications_lost_total",
-			Help: "PostgreSQL notifications (NotifyAfterCommit) of committed messages that could not be sent after the commit; what they announce is committed.",
-		}),
 	}
 	g.MustRegister(m.messages, m.duration, m.retries, m.dlq, m.parked, m.paused, m.inFlight,
-		m.lag, m.contractMismatch, m.unknownType, m.batchSize, m.batchReruns, m.sharedRuns, m.notificationsLost)
+		m.lag, m.contractMismatch, m.unknownType, m.batchSize, m.batchReruns, m.sharedRuns)
 	for _, reason := range []string{"processed-already", "lost-race", "shared-failed"} {
 		m.batchReruns.WithLabelValues(reason) // a series from the start: rate() and alerts see zeros
 	}

@@ -9,7 +9,6 @@ import (
 	"io"
 	"net"
 	"net/url"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -75,13 +74,8 @@ func (h hold) Release() { h.once.Do(func() { close(h.release) }) }
 
 type probePayload struct {
 	LeadID uuid.UUID `json:"LeadId"`
-	Mode   string    // "", "invalid", "conflict", "panic", "second-layer", "bug", "slow", "hold", "loud"
+	Mode   string    // "", "invalid", "conflict", "panic", "second-layer", "bug", "slow", "hold"
 }
-
-// probeChannel is where every attempt of the probe queues a notification
-// (NotifyAfterCommit) with its MessageId; a "loud" message's payload is
-// longer than PostgreSQL allows (8000 bytes), so that its send fails.
-const probeChannel = "probe_events"
 
 // probeService builds the probe; a lead that does not exist is a RetryLater
 // error with the given schedule.
@@ -100,11 +94,6 @@ func probeService(schedule ...time.Duration) func(prometheus.Registerer) consume
 					if err != nil {
 						return "", err
 					}
-					payload := m.MessageID.String()
-					if p.Mode == "loud" {
-						payload += strings.Repeat("!", 8000)
-					}
-					consumer.NotifyAfterCommit(ctx, probeChannel, payload) // before any failure: a rolled-back attempt's must go
 					switch p.Mode {
 					case "invalid":
 						return "", m.Invalid("Mode invalid asked for")

@@ -37,11 +37,10 @@ type item struct {
 	log       *zerolog.Logger // the message's logger, built on first use
 }
 
-// dropHooks forgets the after-commit hooks and notifications of a
-// rolled-back attempt.
+// dropHooks forgets the after-commit hooks of a rolled-back attempt.
 func (it *item) dropHooks() {
 	if it.st != nil {
-		it.st.afterCommit, it.st.notify = nil, nil
+		it.st.afterCommit = nil
 	}
 }
 
@@ -256,7 +255,6 @@ func (w *worker) processBatch(items []*item) (ok bool, failed int, err error) {
 // outcome line, metrics) and stores the offset after the last: all of them
 // are of w's partition, in offset order.
 func (w *worker) settle(items []*item) {
-	w.r.notifyCommitted(items)
 	for _, it := range items {
 		it.attempts = 1
 		w.finish(it, nil)
@@ -644,7 +642,6 @@ func (w *worker) finish(it *item, err error) {
 }
 
 func (r *Runtime) finish(it *item, err error) {
-	r.notifyCommitted([]*item{it}) // none left after settle's, or a rollback's dropHooks
 	if it.st != nil {
 		for _, fn := range it.st.afterCommit {
 			r.runHook(it, fn)

@@ -67,10 +67,6 @@ type Runtime struct {
 	// (CONSUMER_SHARED_TRANSACTIONS; nil: off).
 	share *sharer
 
-	// notes sends the notifications of committed messages (notify.go);
-	// nil outside Run.
-	notes *notifier
-
 	// commitReq asks the committer for a commit of the stored offsets.
 	commitReq chan struct{}
 
@@ -255,10 +251,6 @@ func (r *Runtime) Run(ctx context.Context) error {
 	if err := r.checkTopics(ctx); err != nil {
 		return err
 	}
-
-	// Closed after the workers and the re-driver, which hand it work.
-	r.notes = startNotifier(r.db, r.m, &r.log)
-	defer r.notes.close(r.cfg.DrainTimeout)
 
 	var bg sync.WaitGroup
 	bgCtx, stopBG := context.WithCancel(context.WithoutCancel(ctx))

@@ -26,8 +26,6 @@
 //     applied first (the parked one then becomes stale).
 //   - Membership, lead_member_version, the feed facts (chat_events), the
 //     realtime outbox row (chat_updates) and the idempotency mark commit in
-//     one transaction; the chat_updates notification (the row's id) is sent
-//     after the commit (consumer.NotifyAfterCommit), never for a change that
-//     rolled back. It is at most once, as LISTEN is: the pusher sweeps rows
-//     with pushed_at IS NULL.
+//     one transaction; the chat_updates notification is queued in that
+//     transaction with pg_notify, which PostgreSQL delivers only on commit.
 package messenger

@@ -109,7 +109,7 @@ func (h *handler) handle(ctx context.Context, tx *ent.Tx, m *consumer.Message) (
 		// same condition, and writes.
 		b.claim(c, s.Version, m)
 		if !d.empty() {
-			b.apply(ctx, c.ID, m.MessageID, s, d, byUser)
+			b.apply(c.ID, m.MessageID, s, d, byUser)
 		}
 		return h.synced(ctx, d), nil
 	}
@@ -233,15 +233,18 @@ func (h *handler) apply(ctx context.Context, tx *ent.Tx, chatID, messageID uuid.
 	}
 
 	// Realtime, persist-then-push: the outbox row is written with the
-	// change, and "chat_updates" is notified with its id after the commit
-	// (the runtime drops the notification when the attempt rolls back):
-	// listeners are never told about a change that is not in the database,
-	// and the row stays for a pusher that was not listening, or whose
-	// notification was lost (pushed_at IS NULL).
+	// change, and pg_notify queues "chat_updates" with its id. PostgreSQL
+	// delivers a notification only when its transaction commits, and drops
+	// it when the transaction (or the savepoint it was queued under, as in
+	// the runtime's re-drive of parked messages) rolls back: listeners are
+	// never told about a change that is not in the database, and the row
+	// stays for a pusher that was not listening (pushed_at IS NULL).
 	push, err := pushRow(tx, chatID, s, d).Save(ctx)
 	if err != nil {
 		return fmt.Errorf("write the chat_updates row of chat %s: %w", chatID, err)
 	}
-	consumer.NotifyAfterCommit(ctx, NotifyChannel, push.ID.String())
+	if _, err := tx.ExecContext(ctx, `SELECT pg_notify('chat_updates', $1)`, push.ID.String()); err != nil {
+		return fmt.Errorf("notify chat_updates: %w", err)
+	}
 	return nil
 }

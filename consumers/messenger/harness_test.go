@@ -470,3 +470,5 @@ func applyDirect(ctx context.Context, client *ent.Client, h *handler, x ev) (con
 
 // tenant is the TenantId of every test event (the consumer ignores it).
 var tenant = uuid.MustParse("7e57e57e-0000-4000-8000-000000000001")
+
+func jsonRaw(v any) (json.RawMessage, error) { return json.Marshal(v) }

@@ -1,14 +1,15 @@
 package messenger
 
 import (
+	"context"
 	"testing"
 	"time"
 
 	"github.com/google/uuid"
 	"github.com/lib/pq"
 
+	"github.com/pin-platform/consumers/consumers/consumer"
 	"github.com/pin-platform/consumers/consumers/consumer/consumertest"
-	"github.com/pin-platform/consumers/consumers/kafkatest"
 )
 
 // listen opens a LISTEN chat_updates session on url.
@@ -80,31 +81,34 @@ func TestChatUpdatesNotificationAfterCommit(t *testing.T) {
 		t.Fatalf("v2 outcome %q", got)
 	}
 
-	// The handler's own path (a message on its own: a replay, or the
-	// re-driver of parked messages) notifies after its commit too. A
-	// change that rolls back notifies nobody: the runtime drops what its
-	// attempt queued (consumer's TestNotificationsAreSentForCommittedAttemptsOnly).
-	t.Run("a change re-driven after waiting for its chat notifies once", func(t *testing.T) {
-		waiting := uuid.New()
-		x := newEv(waiting, 1, member{a, RoleExecutor})
-		e.produce(x)
-		kafkatest.Eventually(t, wait, func() bool {
-			return e.count(`SELECT count(*) FROM parked_messages WHERE message_id = $1`, x.ID) == 1
-		}, "message %s was not parked", x.ID)
-		waitingChat := e.provision(waiting)
-		id := nextNotification(t, l)
-		if got := e.outcome(x.ID); got != string(Synced) {
-			t.Fatalf("at notification time the re-driven message's mark is %q, want synced", got)
-		}
-		if ps := e.pushes(waitingChat); len(ps) != 1 || ps[0].ID.String() != id {
-			t.Fatalf("notification %q, chat_updates %+v", id, ps)
-		}
-		// Nothing else was notified: an "end" sent now is the next one.
-		if _, err := e.db.Exec(`SELECT pg_notify($1, 'end')`, NotifyChannel); err != nil {
+	t.Run("a rolled-back change notifies nobody", func(t *testing.T) {
+		h := &handler{m: newMetrics(nil)}
+		ctx := context.Background()
+		lost, kept := uuid.New(), uuid.New()
+		lostChat, keptChat := e.provision(lost), e.provision(kept)
+
+		tx, err := e.client.Tx(ctx)
+		if err != nil {
 			t.Fatal(err)
 		}
-		if id := nextNotification(t, l); id != "end" {
-			t.Fatalf("notification %q after the re-driven change's, want none", id)
+		x := newEv(lost, 1, member{a, RoleExecutor})
+		m := &consumer.Message{Envelope: consumer.Envelope{MessageID: x.ID, EventType: EventType, ContractVersion: 1,
+			Payload: must(jsonRaw(x.payload()))}}
+		if out, err := h.handle(ctx, tx, m); err != nil || out != Synced {
+			t.Fatalf("handle: %v, %v", out, err)
+		}
+		if err := tx.Rollback(); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := applyDirect(ctx, e.client, h, newEv(kept, 1, member{b, RoleExecutor})); err != nil {
+			t.Fatal(err)
+		}
+		id := nextNotification(t, l)
+		if ps := e.pushes(keptChat); len(ps) != 1 || ps[0].ID.String() != id {
+			t.Fatalf("first notification after the rollback is %q, want the committed change's %+v", id, ps)
+		}
+		if ps := e.pushes(lostChat); len(ps) != 0 {
+			t.Fatalf("rolled-back chat_updates rows: %+v", ps)
 		}
 	})
 }

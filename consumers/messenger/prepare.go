@@ -9,6 +9,7 @@ import (
 	"entgo.io/ent/dialect"
 	"entgo.io/ent/dialect/sql"
 	"github.com/google/uuid"
+	"github.com/lib/pq"
 
 	"github.com/pin-platform/consumers/consumers/consumer"
 	"github.com/pin-platform/consumers/ent"
@@ -33,6 +34,7 @@ type batch struct {
 	events     []*ent.ChatEventCreate
 	pushes     []*ent.ChatPushCreate
 	lastPushAt time.Time // created_at of the last queued push
+	notify     []string  // chat_updates ids, in order
 }
 
 // claim is the batch's write of one chat: what a handler's chat update
@@ -147,7 +149,7 @@ func (b *batch) claim(c *ent.Chat, version int64, m *consumer.Message) {
 
 // apply is handler.apply for a chat whose members prepare read: the member
 // rows change in memory and every write is queued.
-func (b *batch) apply(ctx context.Context, chatID, messageID uuid.UUID, s snapshot, d diff, byUser map[uuid.UUID]*ent.ChatParticipant) {
+func (b *batch) apply(chatID, messageID uuid.UUID, s snapshot, d diff, byUser map[uuid.UUID]*ent.ChatParticipant) {
 	now := time.Now()
 	changed := func(r *ent.ChatParticipant) {
 		if _, ok := b.inserts[r.ID]; !ok {
@@ -188,16 +190,15 @@ func (b *batch) apply(ctx context.Context, chatID, messageID uuid.UUID, s snapsh
 	}
 	b.lastPushAt = at
 	b.pushes = append(b.pushes, pushRow(b.tx, chatID, s, d).SetID(id).SetCreatedAt(at))
-	consumer.NotifyAfterCommit(ctx, NotifyChannel, id.String())
+	b.notify = append(b.notify, id.String())
 }
 
 // flush writes what the batch queued, a statement per kind: it claims the
 // chats (claimChats, one conditional UPDATE), then writes the new and
-// changed member rows (one upsert), the feed facts and the chat_updates
-// rows (whose notifications apply queued for after the commit). With the
-// chats claimed nobody else writes their members meanwhile; any other
-// surprise fails the batch, which the runtime then replays one message at
-// a time.
+// changed member rows (one upsert), the feed facts, the chat_updates rows,
+// and one pg_notify per row (one SELECT). With the chats claimed nobody
+// else writes their members meanwhile; any other surprise fails the batch,
+// which the runtime then replays one message at a time.
 func (b *batch) flush(ctx context.Context) error {
 	if err := b.claimChats(ctx); err != nil {
 		return err
@@ -240,6 +241,12 @@ func (b *batch) flush(ctx context.Context) error {
 	if len(b.pushes) > 0 {
 		if err := b.tx.ChatPush.CreateBulk(b.pushes...).Exec(ctx); err != nil {
 			return fmt.Errorf("write the batch's %d chat_updates rows: %w", len(b.pushes), err)
+		}
+		// Persist-then-push, as on its own: queued now, delivered by
+		// PostgreSQL when the transaction commits, dropped if it does not.
+		if _, err := b.tx.ExecContext(ctx, `SELECT pg_notify('chat_updates', id) FROM unnest($1::text[]) WITH ORDINALITY AS u(id, n) ORDER BY n`,
+			pq.Array(b.notify)); err != nil {
+			return fmt.Errorf("notify chat_updates: %w", err)
 		}
 	}
 	return nil

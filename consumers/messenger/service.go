@@ -17,9 +17,6 @@ const (
 	// KeyPrefix is the idempotency key prefix: the mark of message M is
 	// "messenger-lead-participants:" + M.MessageId.
 	KeyPrefix = "messenger-lead-participants:"
-	// NotifyChannel is where each chat_updates row's id is notified after
-	// its commit (CONTRACT.md §6, persist-then-push).
-	NotifyChannel = "chat_updates"
 )
 
 // The spec's error codes.
