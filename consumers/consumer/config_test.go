@@ -236,6 +236,33 @@ func TestDecodePayloadErrorsCarryTheServiceCode(t *testing.T) {
 	}
 }
 
+// A payload is decoded once per message and type: Prepare's decode is the
+// handler's, and so are a retry's. Another type decodes anew.
+func TestDecodePayloadKeepsItsResultWithTheMessage(t *testing.T) {
+	code := Code{Name: "SVC_INVALID", Class: Invalid}
+	type P struct{ N int }
+	m := &Message{Envelope: Envelope{Payload: []byte(`{"N":3}`)}, invalid: code}
+	if p, err := DecodePayload[P](m); err != nil || p.N != 3 {
+		t.Fatalf("first decode: %v %v", p, err)
+	}
+	m.Payload = []byte(`{"N":"x"}`) // what a second decode would read
+	if p, err := DecodePayload[P](m); err != nil || p.N != 3 {
+		t.Fatalf("second decode: %v %v, want the first's result", p, err)
+	}
+	type Q struct{ N string }
+	if q, err := DecodePayload[Q](m); err != nil || q.N != "x" {
+		t.Fatalf("another type: %v %v, want a decode of its own", q, err)
+	}
+	// A failure is kept as well.
+	if _, err := DecodePayload[P](m); err == nil {
+		t.Fatal(`{"N":"x"} as P: want an error`)
+	}
+	m.Payload = []byte(`{"N":5}`)
+	if _, err := DecodePayload[P](m); err == nil {
+		t.Fatal("the kept failure should be returned again")
+	}
+}
+
 func TestDecideRerunsLostRacesAtOnceThenBacksOff(t *testing.T) {
 	r := &Runtime{cfg: Config{RetryTimeScale: 1}, svc: Service{InvalidCode: Code{Name: "X_INVALID", Class: Invalid}}}
 	deadlock := &pq.Error{Code: "40P01", Message: "deadlock detected"}
@@ -281,7 +308,10 @@ func TestDecideFollowsTheClassTable(t *testing.T) {
 
 // BenchmarkDecodePayload measures a payload's decode into a struct of the
 // field types the services' payloads use, with 5 members (go test -bench
-// DecodePayload -benchmem ./consumers/consumer).
+// DecodePayload -benchmem ./consumers/consumer): "decode" a first decode,
+// "kept" a second call for the same type (a handler after its Prepare),
+// "partial" a first decode into a struct of one field (what each Prepare
+// decoded until it decoded its handler's type).
 func BenchmarkDecodePayload(b *testing.B) {
 	type member struct {
 		UserID       uuid.UUID `json:"UserId"`
@@ -302,10 +332,32 @@ func BenchmarkDecodePayload(b *testing.B) {
 		`{"UserId":"2d6f2b6e-1111-4222-8333-444455556661","Role":"Executor"},{"UserId":"2d6f2b6e-1111-4222-8333-444455556662","Role":"Responsible"},` +
 		`{"UserId":"2d6f2b6e-1111-4222-8333-444455556663","Role":"CoAgent"},{"UserId":"2d6f2b6e-1111-4222-8333-444455556664","Role":"Lawyer"},` +
 		`{"UserId":"2d6f2b6e-1111-4222-8333-444455556665","Role":"Assistant","PreviousRole":null}]}`)}}
-	b.ReportAllocs()
-	for b.Loop() {
-		if _, err := DecodePayload[payload](m); err != nil {
-			b.Fatal(err)
+	b.Run("decode", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			m.decoded = nil
+			if _, err := DecodePayload[payload](m); err != nil {
+				b.Fatal(err)
+			}
 		}
-	}
+	})
+	b.Run("kept", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, err := DecodePayload[payload](m); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("partial", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			m.decoded = nil
+			if _, err := DecodePayload[struct {
+				LeadID uuid.UUID `json:"LeadId"`
+			}](m); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
 }

@@ -134,7 +134,28 @@ func abbreviate(s string, n int) string {
 // DecodePayload decodes the message's Payload into a P. A payload that is
 // missing, not an object, or has a member of the wrong type is an error of
 // the service's invalid code.
+//
+// The result is kept with the message: the next call for the same P — a
+// Service.Prepare's, then the handler's, and the handler's on every retry —
+// returns it without decoding again. So a Prepare decodes the handler's
+// own payload type. P's values are then shared between the calls: read
+// what its pointers, slices and maps refer to, never change it.
 func DecodePayload[P any](m *Message) (P, error) {
+	if d, ok := m.decoded.(*decoded[P]); ok {
+		return d.p, d.err
+	}
+	p, err := decodePayload[P](m)
+	m.decoded = &decoded[P]{p, err}
+	return p, err
+}
+
+// decoded is a DecodePayload result kept with its message.
+type decoded[P any] struct {
+	p   P
+	err error
+}
+
+func decodePayload[P any](m *Message) (P, error) {
 	var p P
 	v := bytes.TrimSpace(m.Payload)
 	if len(v) == 0 || bytes.Equal(v, []byte("null")) {

@@ -18,6 +18,7 @@ type Message struct {
 	Key       []byte
 
 	invalid Code // the service's invalid code, for DecodePayload
+	decoded any  // the last DecodePayload's result (*decoded[P])
 }
 
 // Outcome is the result of a handled message, by its log name. The name is

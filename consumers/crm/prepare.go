@@ -62,10 +62,7 @@ func prepare(ctx context.Context, tx *ent.Tx, msgs []*consumer.Message) (context
 	msgIDs := make([]uuid.UUID, 0, len(msgs))
 	for _, m := range msgs {
 		msgIDs = append(msgIDs, m.MessageID)
-		w, err := consumer.DecodePayload[struct {
-			AgentUserID    *string `json:"AgentUserId"`
-			InvestorUserID *string `json:"InvestorUserId"`
-		}](m)
+		w, err := consumer.DecodePayload[wirePayload](m) // the handler's, decoded once
 		if err != nil || w.AgentUserID == nil || w.InvestorUserID == nil {
 			continue
 		}

@@ -60,9 +60,7 @@ func prepare(ctx context.Context, tx *ent.Tx, msgs []*consumer.Message) (context
 	seen := make(map[uuid.UUID]bool, len(msgs))
 	leads := make([]uuid.UUID, 0, len(msgs))
 	for _, m := range msgs {
-		w, err := consumer.DecodePayload[struct {
-			LeadID uuid.UUID `json:"LeadId"`
-		}](m)
+		w, err := consumer.DecodePayload[payload](m) // the handler's, decoded once
 		if err != nil || w.LeadID == uuid.Nil || seen[w.LeadID] {
 			continue
 		}

@@ -38,10 +38,7 @@ func prepare(ctx context.Context, tx *ent.Tx, msgs []*consumer.Message) (context
 	ids := make([]uuid.UUID, 0, len(msgs))
 	users := make([]uuid.UUID, 0, len(msgs))
 	for _, m := range msgs {
-		w, err := consumer.DecodePayload[struct {
-			BondID         *string `json:"BondId"`
-			ReferredUserID *string `json:"ReferredUserId"`
-		}](m)
+		w, err := bondOf(m)
 		if err != nil || w.BondID == nil {
 			continue
 		}
@@ -176,4 +173,22 @@ func preparedRow(ctx context.Context, id uuid.UUID) (*ent.ReferralBondReplica, b
 		return r, true
 	}
 	return nil, rs.absent[id]
+}
+
+// bondRef is what prepare reads of a payload.
+type bondRef struct{ BondID, ReferredUserID *string }
+
+// bondOf reads the message's BondId and ReferredUserId by decoding its
+// handler's payload type (kept with the message: the handler does not
+// decode it again).
+func bondOf(m *consumer.Message) (bondRef, error) {
+	switch m.EventType {
+	case EventTypeBondCreated:
+		w, err := consumer.DecodePayload[createdWire](m)
+		return bondRef{w.BondID, w.ReferredUserID}, err
+	case EventTypeBondClosed:
+		w, err := consumer.DecodePayload[closedWire](m)
+		return bondRef{w.BondID, w.ReferredUserID}, err
+	}
+	return bondRef{}, fmt.Errorf("event type %q has no bond", m.EventType)
 }
