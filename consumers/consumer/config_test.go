@@ -253,13 +253,16 @@ func TestDecodePayloadKeepsItsResultWithTheMessage(t *testing.T) {
 	if q, err := DecodePayload[Q](m); err != nil || q.N != "x" {
 		t.Fatalf("another type: %v %v, want a decode of its own", q, err)
 	}
-	// A failure is kept as well.
-	if _, err := DecodePayload[P](m); err == nil {
-		t.Fatal(`{"N":"x"} as P: want an error`)
+	// A failure is kept as well, with what was decoded before it (a
+	// handler logs those fields on the dead letter's line).
+	type R struct{ N, M int }
+	m.Payload = []byte(`{"M":2,"N":"x"}`)
+	if r, err := DecodePayload[R](m); err == nil || r.M != 2 {
+		t.Fatalf("%s as R: %+v, %v; want M = 2 and an error", m.Payload, r, err)
 	}
-	m.Payload = []byte(`{"N":5}`)
-	if _, err := DecodePayload[P](m); err == nil {
-		t.Fatal("the kept failure should be returned again")
+	m.Payload = []byte(`{"M":5,"N":5}`)
+	if r, err := DecodePayload[R](m); err == nil || r.M != 2 {
+		t.Fatalf("again: %+v, %v; want the kept M = 2 and error", r, err)
 	}
 }
 

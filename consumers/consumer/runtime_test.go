@@ -417,12 +417,15 @@ func TestTraceparentIsContinued(t *testing.T) {
 	e := newEnv(t)
 	rec := tracetest.NewSpanRecorder()
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
-	id, v := envelope(e.lead(), "")
+	lead := e.lead()
+	_, first := envelope(lead, "")
+	id, v := envelope(lead, "")
 	const traceID, parentID = "4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7"
-	e.cluster.Produce(t, probeTopic, kafkatest.Message{Partition: 0, Key: []byte("k"), Value: v,
+	e.produce(1, first) // the traced message is the partition's second: offset 1
+	e.cluster.Produce(t, probeTopic, kafkatest.Message{Partition: 1, Key: []byte("k"), Value: v,
 		Headers: map[string]string{"traceparent": "00-" + traceID + "-" + parentID + "-01"}})
 	consumertest.Start(t, e.cluster.Bootstrap, e.url, probeService(long...), consumertest.Options{TracerProvider: tp})
-	e.waitCommitted(1)
+	e.waitCommitted(2)
 	var span sdktrace.ReadOnlySpan
 	kafkatest.Eventually(t, 5*time.Second, func() bool {
 		for _, s := range rec.Ended() {
@@ -443,21 +446,31 @@ func TestTraceparentIsContinued(t *testing.T) {
 	}
 	for k, want := range map[string]string{
 		"messaging.system": "kafka", "messaging.destination.name": probeTopic, "messaging.consumer.group.name": probeGroup,
-		"messaging.destination.partition.id": "0", "messaging.kafka.offset": "0",
+		"messaging.destination.partition.id": "1", "messaging.kafka.offset": "1",
 		"messaging.message.id": id.String(), "pin.event_type": probeType, "pin.outcome": "applied",
 	} {
 		if attrs[k] != want {
 			t.Errorf("span attribute %s = %q, want %q", k, attrs[k], want)
 		}
 	}
+	// Its database span: a child in the trace when it ran alone, a span
+	// linking to it when it ran in a batch with the partition's first.
 	var db bool
 	for _, s := range rec.Ended() {
-		if strings.HasPrefix(s.Name(), "db.") && s.SpanContext().TraceID().String() == traceID {
+		if !strings.HasPrefix(s.Name(), "db.") {
+			continue
+		}
+		if s.SpanContext().TraceID().String() == traceID {
 			db = true
+		}
+		for _, l := range s.Links() {
+			if l.SpanContext.Equal(span.SpanContext()) {
+				db = true
+			}
 		}
 	}
 	if !db {
-		t.Fatal("no database span in the trace")
+		t.Fatal("no database span in the trace or linked to its consumer span")
 	}
 }
 
