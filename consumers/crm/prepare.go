@@ -55,7 +55,9 @@ type bump struct {
 // feed inserts' foreign-key checks (KEY SHARE).
 //
 // A pair without an Active lead is left to its handler, which reads the
-// table again and reports it.
+// table again and reports it; so is a message whose payload does not
+// decode (prepare decodes the handler's type, which the handler then
+// reuses: it reports the same error).
 func prepare(ctx context.Context, tx *ent.Tx, msgs []*consumer.Message) (context.Context, error) {
 	seen := make(map[pair]bool, len(msgs))
 	var agents, investors []string

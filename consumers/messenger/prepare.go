@@ -54,8 +54,9 @@ type batchKey struct{}
 // here: the chats are claimed at the end (flush), conditioned on the
 // row_version read — the spec's optimistic concurrency — and a chat that
 // someone else changed since is MSG_CONCURRENT_UPDATE of the batch's first
-// event of it, as on its own. Messages whose LeadId cannot be read are
-// left to their handlers.
+// event of it, as on its own. Messages whose payload does not decode, or
+// has no LeadId, are left to their handlers (prepare decodes the handler's
+// type, which the handler then reuses: it reports the same error).
 func prepare(ctx context.Context, tx *ent.Tx, msgs []*consumer.Message) (context.Context, error) {
 	seen := make(map[uuid.UUID]bool, len(msgs))
 	leads := make([]uuid.UUID, 0, len(msgs))

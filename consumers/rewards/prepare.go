@@ -31,8 +31,9 @@ type rowsKey struct{}
 // prepare reads and locks, in id order and with one statement, the rows of
 // every bond of the batch: one round trip instead of one per event, and
 // the lock order makes batches that share a bond wait instead of
-// deadlocking. Messages without a readable BondId are left to their
-// handlers (which dead-letter them).
+// deadlocking. Messages whose payload does not decode, or has no BondId,
+// are left to their handlers (which dead-letter them; prepare decodes the
+// handler's type, which the handler then reuses).
 func prepare(ctx context.Context, tx *ent.Tx, msgs []*consumer.Message) (context.Context, error) {
 	seen := make(map[uuid.UUID]bool, len(msgs))
 	ids := make([]uuid.UUID, 0, len(msgs))
