@@ -432,6 +432,11 @@ type pacedRun struct {
 	DBp99ms float64 `json:"db_commit_p99_ms"`
 	DBmaxms float64 `json:"db_commit_max_ms"`
 	DBn     int     `json:"db_commit_samples"`
+	// The p99 of produce → database commit of the messages produced in
+	// each whole second of the run (a last, partial second left out): a
+	// run's p99 made by one stall shows as one bad second, a machine
+	// too busy throughout as many. Absent before 2026-12-01.
+	DBp99BySecondMs []float64 `json:"db_commit_p99_by_second_ms,omitempty"`
 	// produce → the offset committed to Kafka: the first poll (every 5 ms)
 	// that saw the group's committed offset past the message.
 	Offp50ms float64 `json:"offset_commit_p50_ms"`
@@ -828,12 +833,22 @@ type msgPos struct {
 // fill computes the paced run's latency percentiles.
 func (pr *pacedRun) fill(recs []produced, obs [][]commitObs, dbAt map[msgPos]time.Time) {
 	var db, off []time.Duration
+	var bySecond [][]time.Duration // db, by the second of the run the message was produced in
+	var t0 time.Time
+	if len(recs) > 0 {
+		t0 = recs[0].at
+	}
 	for _, rc := range recs {
 		if !rc.ok {
 			continue
 		}
 		if at, ok := dbAt[msgPos{rc.partition, rc.offset}]; ok {
 			db = append(db, at.Sub(rc.at))
+			sec := int(rc.at.Sub(t0) / time.Second)
+			for len(bySecond) <= sec {
+				bySecond = append(bySecond, nil)
+			}
+			bySecond[sec] = append(bySecond[sec], at.Sub(rc.at))
 		}
 		if int(rc.partition) < len(obs) {
 			if at, ok := commitTime(obs[rc.partition], rc.offset); ok {
@@ -842,6 +857,17 @@ func (pr *pacedRun) fill(recs []produced, obs [][]commitObs, dbAt map[msgPos]tim
 		}
 	}
 	pr.DBp50ms, pr.DBp99ms, pr.DBmaxms, pr.DBn = percentiles(db)
+	pr.DBp99BySecondMs = nil
+	if len(recs) > 0 && len(bySecond) > 1 && recs[len(recs)-1].at.Sub(t0) < time.Duration(len(bySecond))*time.Second-time.Millisecond {
+		bySecond = bySecond[:len(bySecond)-1] // the last second is partial
+	}
+	for _, ds := range bySecond {
+		_, p99, _, n := percentiles(ds)
+		if n == 0 {
+			p99 = 0 // nothing produced or committed in that second: JSON has no NaN
+		}
+		pr.DBp99BySecondMs = append(pr.DBp99BySecondMs, math.Round(p99*10)/10)
+	}
 	pr.Offp50ms, pr.Offp99ms, pr.Offmaxms, pr.Offn = percentiles(off)
 }
 
@@ -870,6 +896,27 @@ func writePacedCSV(path string, recs []produced, obs [][]commitObs, dbAt map[msg
 		fmt.Fprintf(&b, "%d,%d,%s,%s,%s,%s\n", rc.partition, rc.offset, ms(rc.at, true), ms(rc.acked, rc.ok), ms(db, okDB), ms(off, okOff))
 	}
 	return os.WriteFile(path, []byte(b.String()), 0o644)
+}
+
+// summarizeSeconds says how the per-second p99s of a paced run compare
+// with the target: the median second, the worst one and when it was, and
+// how many seconds were within the target.
+func summarizeSeconds(p99s []float64, target time.Duration) string {
+	if len(p99s) == 0 {
+		return ""
+	}
+	worst, within := 0, 0
+	for i, v := range p99s {
+		if v > p99s[worst] {
+			worst = i
+		}
+		if v <= float64(target)/float64(time.Millisecond) {
+			within++
+		}
+	}
+	sorted := slices.Sorted(slices.Values(p99s))
+	return fmt.Sprintf("median second %s, worst %s (second %d); %d of %d seconds ≤ %s",
+		fmtMs(sorted[(len(sorted)-1)/2]), fmtMs(p99s[worst]), worst, within, len(p99s), fmtMs(float64(target)/float64(time.Millisecond)))
 }
 
 // percentiles returns p50, p99 and max in milliseconds (nearest rank).
@@ -1101,6 +1148,9 @@ func (b *bench) table(r *serviceResult) {
 			fmt.Fprintf(w, "  paced at %s ev/s: %s events\t\t\t%s\n", thousands(r.Paced.TargetEPS), thousands(float64(r.Paced.Events)), rate)
 			fmt.Fprintf(w, "    p50 / p99 produce → database commit\t%s / %s\t\tmax %s\n", fmtMs(r.Paced.DBp50ms), fmtMs(r.Paced.DBp99ms), fmtMs(r.Paced.DBmaxms))
 			fmt.Fprintf(w, "    p50 / p99 produce → offset commit\t%s / %s\t\tmax %s\n", fmtMs(r.Paced.Offp50ms), fmtMs(r.Paced.Offp99ms), fmtMs(r.Paced.Offmaxms))
+			if s := summarizeSeconds(r.Paced.DBp99BySecondMs, targetP99); s != "" {
+				fmt.Fprintf(w, "    p99 → database commit, second by second\t%s\n", s)
+			}
 		}
 		verdict := mark(t.Met)
 		if t.NA {

@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -152,5 +153,42 @@ func TestPercentiles(t *testing.T) {
 	p50, p99, mx, n := percentiles(ds)
 	if p50 != 50 || p99 != 99 || mx != 100 || n != 100 {
 		t.Fatalf("p50 %v p99 %v max %v n %d", p50, p99, mx, n)
+	}
+}
+
+// The per-second p99 tells a run whose p99 one stall made from a run slow
+// throughout: each second's messages are ranked on their own, and the
+// last, partial second is left out.
+func TestPacedFillBySecond(t *testing.T) {
+	t0 := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
+	var recs []produced
+	dbAt := map[msgPos]time.Time{}
+	// 3 whole seconds of 100 messages each, then 5 in a fourth, partial one.
+	for i := range 305 {
+		at := t0.Add(time.Duration(i) * 10 * time.Millisecond)
+		lat := 10 * time.Millisecond
+		if i >= 100 && i < 200 && i%10 == 0 { // second 1: a tenth of its messages stall
+			lat = 300 * time.Millisecond
+		}
+		if i >= 300 {
+			lat = time.Second // the partial second: not reported
+		}
+		recs = append(recs, produced{at: at, partition: 0, offset: int64(i), ok: true})
+		dbAt[msgPos{0, int64(i)}] = at.Add(lat)
+	}
+	var pr pacedRun
+	pr.fill(recs, nil, dbAt)
+	if want := []float64{10, 300, 10}; !slices.Equal(pr.DBp99BySecondMs, want) {
+		t.Fatalf("p99 by second %v, want %v", pr.DBp99BySecondMs, want)
+	}
+	if pr.DBn != 305 || pr.DBmaxms != 1000 {
+		t.Fatalf("whole-run samples %d, max %v: every message counts there", pr.DBn, pr.DBmaxms)
+	}
+	got := summarizeSeconds(pr.DBp99BySecondMs, 50*time.Millisecond)
+	if want := "median second 10.0 ms, worst 300 ms (second 1); 2 of 3 seconds ≤ 50.0 ms"; got != want {
+		t.Fatalf("summary %q, want %q", got, want)
+	}
+	if summarizeSeconds(nil, 50*time.Millisecond) != "" {
+		t.Fatal("a summary without seconds")
 	}
 }
