@@ -426,6 +426,14 @@ type pacedRun struct {
 	ActualEPS float64 `json:"produced_events_per_s"`
 	Events    int     `json:"events"`
 	CPU       *cpuUse `json:"cpu,omitempty"` // first produce → last offset commit (absent before 2026-11-30 evening)
+	// CPU seconds per paced event over the same span, and the paced
+	// run's transactions (pin_consumer_batch_size), to set against the
+	// max run's: a half load in small transactions costs more per event.
+	// Absent before 2026-12-01.
+	ConsumerUsPer float64 `json:"consumer_cpu_us_per_event,omitempty"`
+	PGUsPer       float64 `json:"postgres_cpu_us_per_event,omitempty"`
+	Batches       float64 `json:"batches,omitempty"`
+	MeanBatch     float64 `json:"mean_batch_size,omitempty"`
 	// produce → the event's database commit: the time of the consumer's
 	// outcome log line, written right after the commit.
 	DBp50ms float64 `json:"db_commit_p50_ms"`
@@ -537,6 +545,7 @@ func (b *bench) runService(ctx context.Context, t demo.Topic) (*serviceResult, e
 
 	// 4. Peak RSS, then stop.
 	if m, err := scrapeMetrics(pr.addr); err == nil {
+		r.Paced.setBatches(m, &r.Consumer)
 		for _, c := range []struct {
 			dst    *float64
 			result string
@@ -809,6 +818,8 @@ func (b *bench) pacedRun(ctx context.Context, pid int, w *offsetWatcher, next fu
 		if done {
 			cpu1, cpu1At := takeCPU(pid, b.postmaster), time.Now()
 			r.Paced.CPU = new(cpuBetween(cpu0, cpu1, cpu1At.Sub(cpu0At).Seconds(), runtime.NumCPU()))
+			r.Paced.ConsumerUsPer = (cpu1.consumer - cpu0.consumer) / float64(count) * 1e6
+			r.Paced.PGUsPer = (cpu1.postgres - cpu0.postgres) / float64(count) * 1e6
 			break
 		}
 		if time.Now().After(deadline) {
@@ -896,6 +907,15 @@ func writePacedCSV(path string, recs []produced, obs [][]commitObs, dbAt map[msg
 		fmt.Fprintf(&b, "%d,%d,%s,%s,%s,%s\n", rc.partition, rc.offset, ms(rc.at, true), ms(rc.acked, rc.ok), ms(db, okDB), ms(off, okOff))
 	}
 	return os.WriteFile(path, []byte(b.String()), 0o644)
+}
+
+// setBatches sets the paced run's transactions from the consumer's
+// metrics after it, less the max run's (scraped at its end, right before).
+func (pr *pacedRun) setBatches(m map[string]float64, maxRun *consumerRun) {
+	if n := m["pin_consumer_batch_size_count"] - maxRun.Batches; n > 0 {
+		pr.Batches = n
+		pr.MeanBatch = (m["pin_consumer_batch_size_sum"] - maxRun.BatchedEvents) / n
+	}
 }
 
 // summarizeSeconds says how the per-second p99s of a paced run compare
@@ -1165,6 +1185,10 @@ func (b *bench) table(r *serviceResult) {
 	if p := r.Paced.CPU; p != nil {
 		fmt.Fprintf(b.out, "  CPU during the paced run (cores of %d): consumer %.2f · PostgreSQL %.2f · pinctl+broker %.2f · other processes %.2f\n",
 			p.Cores, p.Consumer, p.Postgres, p.Pinctl, p.Others)
+	}
+	if pc := r.Paced; pc.CPU != nil && pc.Batches > 0 {
+		fmt.Fprintf(b.out, "  paced run: %s multi-event transactions (mean %.1f); per event: consumer %.0f µs, PostgreSQL %.0f µs (max run: %.0f, %.0f)\n",
+			thousands(pc.Batches), pc.MeanBatch, pc.ConsumerUsPer, pc.PGUsPer, c.CPUUsPer, c.PGUsPer)
 	}
 	var outs []string
 	for k, v := range c.Outcomes {

@@ -192,3 +192,19 @@ func TestPacedFillBySecond(t *testing.T) {
 		t.Fatal("a summary without seconds")
 	}
 }
+
+// The paced run's transactions are the metrics' counts after it less the
+// max run's.
+func TestPacedBatches(t *testing.T) {
+	maxRun := &consumerRun{BatchedEvents: 30000, Batches: 250}
+	var pr pacedRun
+	pr.setBatches(map[string]float64{"pin_consumer_batch_size_sum": 90000, "pin_consumer_batch_size_count": 3250}, maxRun)
+	if pr.Batches != 3000 || pr.MeanBatch != 20 {
+		t.Fatalf("paced batches %v (mean %v), want 3000 (mean 20)", pr.Batches, pr.MeanBatch)
+	}
+	var none pacedRun
+	none.setBatches(map[string]float64{"pin_consumer_batch_size_sum": 30000, "pin_consumer_batch_size_count": 250}, maxRun)
+	if none.Batches != 0 || none.MeanBatch != 0 {
+		t.Fatalf("no paced transactions gave %v (mean %v)", none.Batches, none.MeanBatch)
+	}
+}
