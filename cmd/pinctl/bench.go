@@ -407,7 +407,7 @@ type consumerRun struct {
 	// events were still being produced (-1: all were pre-produced).
 	MinBacklog int64 `json:"min_backlog_while_feeding"`
 	// From the consumer's /metrics after the max run.
-	BatchedEvents float64 `json:"batched_events"`    // events committed in multi-event transactions
+	BatchedEvents float64 `json:"batched_events"`    // events committed through the batch path (a lone message of a service with Prepare included)
 	Batches       float64 `json:"batches"`           // such transactions
 	MeanBatch     float64 `json:"mean_batch_size"`   // batched_events / batches
 	GoSysMiB      float64 `json:"go_sys_mib"`        // memory the Go runtime holds
@@ -1187,7 +1187,7 @@ func (b *bench) table(r *serviceResult) {
 			p.Cores, p.Consumer, p.Postgres, p.Pinctl, p.Others)
 	}
 	if pc := r.Paced; pc.CPU != nil && pc.Batches > 0 {
-		fmt.Fprintf(b.out, "  paced run: %s multi-event transactions (mean %.1f); per event: consumer %.0f µs, PostgreSQL %.0f µs (max run: %.0f, %.0f)\n",
+		fmt.Fprintf(b.out, "  paced run: %s batch transactions (mean %.1f events); per event: consumer %.0f µs, PostgreSQL %.0f µs (max run: %.0f, %.0f)\n",
 			thousands(pc.Batches), pc.MeanBatch, pc.ConsumerUsPer, pc.PGUsPer, c.CPUUsPer, c.PGUsPer)
 	}
 	var outs []string
@@ -1195,7 +1195,7 @@ func (b *bench) table(r *serviceResult) {
 		outs = append(outs, fmt.Sprintf("%s %s", k, thousands(float64(v))))
 	}
 	sort.Strings(outs)
-	fmt.Fprintf(b.out, "  max run: %s of %s events committed in %s multi-event transactions (mean %.1f); memory after it: RSS %.1f MiB, Go runtime %.1f MiB (heap in use %.1f)\n",
+	fmt.Fprintf(b.out, "  max run: %s of %s events committed in %s batch transactions (mean %.1f); memory after it: RSS %.1f MiB, Go runtime %.1f MiB (heap in use %.1f)\n",
 		thousands(c.BatchedEvents), thousands(float64(r.Events)), thousands(c.Batches), c.MeanBatch, c.RSSNowMiB, c.GoSysMiB, c.GoHeapMiB)
 	if sc := r.StatementCache; sc.Hits+sc.Misses > 0 {
 		fmt.Fprintf(b.out, "  statement cache over both runs: %s statements run prepared, %s prepared, %s run unprepared (first sight), %s evicted\n",
