@@ -459,6 +459,8 @@ type targetCheck struct {
 	Target string `json:"target"`
 	Met    bool   `json:"met"`
 	NA     bool   `json:"not_measured,omitempty"` // e.g. no outcome log lines with LOG_LEVEL above info
+	// Why says what a missed target would take, where the run tells.
+	Why string `json:"why,omitempty"`
 }
 
 func nextOf(l *demo.Load, service string) func() demo.Event {
@@ -1094,6 +1096,27 @@ func (r *serviceResult) evaluate() {
 		{Name: "paced p99 produce → offset commit", Value: fmtMs(r.Paced.Offp99ms), Target: fmt.Sprintf("≤ %g ms", p99), Met: r.Paced.Offp99ms <= p99},
 		{Name: "peak RSS", Value: fmt.Sprintf("%.1f MiB", r.RSSPeakMiB), Target: fmt.Sprintf("≤ %d MiB", targetRSS>>20), Met: r.RSSPeakMiB > 0 && r.RSSPeakMiB <= targetRSS>>20},
 	}
+	if t := &r.Targets[1]; !t.Met {
+		t.Why = brokerShareNeeds(r.BrokerOnly.AssignedEPS, r.Consumer.CPUUsPer, r.Consumer.PGUsPer, r.Consumer.CPU.Cores)
+	}
+}
+
+// brokerShareNeeds says how many cores the broker-only target would take
+// at the CPU per event the consumer and PostgreSQL spent in the max run:
+// when that is more than the machine has, no code on the consumer's side
+// of the measure meets it here.
+func brokerShareNeeds(brokerEPS, consumerUs, pgUs float64, cores int) string {
+	if brokerEPS <= 0 || consumerUs+pgUs <= 0 || cores <= 0 {
+		return ""
+	}
+	eps := targetBrokerRatio * brokerEPS
+	need := eps * (consumerUs + pgUs) / 1e6
+	why := fmt.Sprintf("%s ev/s at this run's %.0f + %.0f µs of consumer + PostgreSQL CPU per event need %.1f cores, of %d",
+		thousands(eps), consumerUs, pgUs, need, cores)
+	if pgNeed := eps * pgUs / 1e6; pgNeed > float64(cores) {
+		why += fmt.Sprintf(" (PostgreSQL's share alone %.1f)", pgNeed)
+	}
+	return why
 }
 
 func fmtMs(v float64) string {
@@ -1175,6 +1198,9 @@ func (b *bench) table(r *serviceResult) {
 		verdict := mark(t.Met)
 		if t.NA {
 			verdict = "– not measured"
+		}
+		if t.Why != "" {
+			verdict += ": " + t.Why
 		}
 		fmt.Fprintf(w, "    %s\t%s\t%s\t%s\n", t.Name, t.Value, t.Target, verdict)
 	}

@@ -208,3 +208,25 @@ func TestPacedBatches(t *testing.T) {
 		t.Fatalf("no paced transactions gave %v (mean %v)", none.Batches, none.MeanBatch)
 	}
 }
+
+// A missed broker-only share says what it would take: the target's rate
+// at the run's CPU per event, in cores.
+func TestBrokerShareNeeds(t *testing.T) {
+	got := brokerShareNeeds(150000, 60, 50, 2)
+	if want := "45,000 ev/s at this run's 60 + 50 µs of consumer + PostgreSQL CPU per event need 5.0 cores, of 2 (PostgreSQL's share alone 2.2)"; got != want {
+		t.Fatalf("got %q, want %q", got, want)
+	}
+	if got := brokerShareNeeds(10000, 60, 50, 2); got != "3,000 ev/s at this run's 60 + 50 µs of consumer + PostgreSQL CPU per event need 0.3 cores, of 2" {
+		t.Fatalf("a reachable share: %q", got)
+	}
+	if brokerShareNeeds(0, 60, 50, 2) != "" || brokerShareNeeds(150000, 0, 0, 2) != "" {
+		t.Fatal("a reason without a measure")
+	}
+	r := &serviceResult{}
+	r.BrokerOnly.AssignedEPS, r.Consumer.AssignedEPS = 150000, 10000
+	r.Consumer.CPUUsPer, r.Consumer.PGUsPer, r.Consumer.CPU.Cores = 60, 50, 2
+	r.evaluate()
+	if r.Targets[1].Met || !strings.Contains(r.Targets[1].Why, "need 5.0 cores, of 2") {
+		t.Fatalf("broker-only target %+v", r.Targets[1])
+	}
+}
