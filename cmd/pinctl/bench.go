@@ -407,12 +407,13 @@ type consumerRun struct {
 	// events were still being produced (-1: all were pre-produced).
 	MinBacklog int64 `json:"min_backlog_while_feeding"`
 	// From the consumer's /metrics after the max run.
-	BatchedEvents float64 `json:"batched_events"`    // events committed through the batch path (a lone message of a service with Prepare included)
-	Batches       float64 `json:"batches"`           // such transactions
-	MeanBatch     float64 `json:"mean_batch_size"`   // batched_events / batches
-	GoSysMiB      float64 `json:"go_sys_mib"`        // memory the Go runtime holds
-	GoHeapMiB     float64 `json:"go_heap_inuse_mib"` // of which heap in use
-	RSSNowMiB     float64 `json:"rss_mib"`           // process RSS at that moment
+	BatchedEvents float64 `json:"batched_events"`           // events committed through the batch path (a lone message of a service with Prepare included)
+	Batches       float64 `json:"batches"`                  // such transactions
+	MeanBatch     float64 `json:"mean_batch_size"`          // batched_events / batches
+	OffsetCommits float64 `json:"offset_commits,omitempty"` // the runtime's commits right after a store (pin_consumer_offset_commits_total{trigger="stored"}); absent before 2026-12-01
+	GoSysMiB      float64 `json:"go_sys_mib"`               // memory the Go runtime holds
+	GoHeapMiB     float64 `json:"go_heap_inuse_mib"`        // of which heap in use
+	RSSNowMiB     float64 `json:"rss_mib"`                  // process RSS at that moment
 	// Over the max and paced runs together:
 	Outcomes map[string]int `json:"outcomes"`
 	DLQ      int64          `json:"dead_lettered"`
@@ -434,6 +435,7 @@ type pacedRun struct {
 	PGUsPer       float64 `json:"postgres_cpu_us_per_event,omitempty"`
 	Batches       float64 `json:"batches,omitempty"`
 	MeanBatch     float64 `json:"mean_batch_size,omitempty"`
+	OffsetCommits float64 `json:"offset_commits,omitempty"`
 	// produce → the event's database commit: the time of the consumer's
 	// outcome log line, written right after the commit.
 	DBp50ms float64 `json:"db_commit_p50_ms"`
@@ -721,6 +723,7 @@ func (b *bench) maxRun(ctx context.Context, p *proc, logPath string, w *offsetWa
 	}
 	if m, err := scrapeMetrics(p.addr); err == nil {
 		c.BatchedEvents, c.Batches = m["pin_consumer_batch_size_sum"], m["pin_consumer_batch_size_count"]
+		c.OffsetCommits = seriesWith(m, "pin_consumer_offset_commits_total", `trigger="stored"`)
 		if c.Batches > 0 {
 			c.MeanBatch = c.BatchedEvents / c.Batches
 		}
@@ -912,12 +915,14 @@ func writePacedCSV(path string, recs []produced, obs [][]commitObs, dbAt map[msg
 }
 
 // setBatches sets the paced run's transactions from the consumer's
-// metrics after it, less the max run's (scraped at its end, right before).
+// metrics after it, less the max run's (scraped at its end, right before),
+// and its offset commits right after a store.
 func (pr *pacedRun) setBatches(m map[string]float64, maxRun *consumerRun) {
 	if n := m["pin_consumer_batch_size_count"] - maxRun.Batches; n > 0 {
 		pr.Batches = n
 		pr.MeanBatch = (m["pin_consumer_batch_size_sum"] - maxRun.BatchedEvents) / n
 	}
+	pr.OffsetCommits = seriesWith(m, "pin_consumer_offset_commits_total", `trigger="stored"`) - maxRun.OffsetCommits
 }
 
 // summarizeSeconds says how the per-second p99s of a paced run compare
@@ -1213,8 +1218,8 @@ func (b *bench) table(r *serviceResult) {
 			p.Cores, p.Consumer, p.Postgres, p.Pinctl, p.Others)
 	}
 	if pc := r.Paced; pc.CPU != nil && pc.Batches > 0 {
-		fmt.Fprintf(b.out, "  paced run: %s batch transactions (mean %.1f events); per event: consumer %.0f µs, PostgreSQL %.0f µs (max run: %.0f, %.0f)\n",
-			thousands(pc.Batches), pc.MeanBatch, pc.ConsumerUsPer, pc.PGUsPer, c.CPUUsPer, c.PGUsPer)
+		fmt.Fprintf(b.out, "  paced run: %s batch transactions (mean %.1f events), %s offset commits; per event: consumer %.0f µs, PostgreSQL %.0f µs (max run: %.0f, %.0f)\n",
+			thousands(pc.Batches), pc.MeanBatch, thousands(pc.OffsetCommits), pc.ConsumerUsPer, pc.PGUsPer, c.CPUUsPer, c.PGUsPer)
 	}
 	var outs []string
 	for k, v := range c.Outcomes {

@@ -196,11 +196,18 @@ func TestPacedFillBySecond(t *testing.T) {
 // The paced run's transactions are the metrics' counts after it less the
 // max run's.
 func TestPacedBatches(t *testing.T) {
-	maxRun := &consumerRun{BatchedEvents: 30000, Batches: 250}
+	maxRun := &consumerRun{BatchedEvents: 30000, Batches: 250, OffsetCommits: 200}
 	var pr pacedRun
-	pr.setBatches(map[string]float64{"pin_consumer_batch_size_sum": 90000, "pin_consumer_batch_size_count": 3250}, maxRun)
+	pr.setBatches(map[string]float64{"pin_consumer_batch_size_sum": 90000, "pin_consumer_batch_size_count": 3250,
+		`pin_consumer_offset_commits_total{result="committed",service="rewards",trigger="stored"}`: 2900,
+		`pin_consumer_offset_commits_total{result="nothing",service="rewards",trigger="stored"}`:   100,
+		`pin_consumer_offset_commits_total{result="committed",service="rewards",trigger="revoke"}`: 7,
+	}, maxRun)
 	if pr.Batches != 3000 || pr.MeanBatch != 20 {
 		t.Fatalf("paced batches %v (mean %v), want 3000 (mean 20)", pr.Batches, pr.MeanBatch)
+	}
+	if pr.OffsetCommits != 2800 {
+		t.Fatalf("paced offset commits %v, want 2800 (3000 after it, stored only, less 200 before)", pr.OffsetCommits)
 	}
 	var none pacedRun
 	none.setBatches(map[string]float64{"pin_consumer_batch_size_sum": 30000, "pin_consumer_batch_size_count": 250}, maxRun)

@@ -26,6 +26,7 @@ type metrics struct {
 	batchSize        prometheus.Histogram     // pin_consumer_batch_size
 	batchReruns      *prometheus.CounterVec   // pin_consumer_batch_reruns_total{reason}
 	sharedRuns       prometheus.Histogram     // pin_consumer_shared_transaction_runs
+	offsetCommits    *prometheus.CounterVec   // pin_consumer_offset_commits_total{trigger,result}
 
 	specDuration  prometheus.Observer
 	specDLQ       *prometheus.CounterVec
@@ -81,11 +82,18 @@ func newMetrics(reg prometheus.Registerer, svc Service, lagSource func(context.C
 			Name: "pin_consumer_shared_transaction_runs", Help: "Partitions' runs per shared transaction (CONSUMER_SHARED_TRANSACTIONS).",
 			Buckets: []float64{1, 2, 3, 4, 6, 8, 12, 16},
 		}),
+		offsetCommits: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "pin_consumer_offset_commits_total",
+			Help: "Synchronous offset commits to Kafka by trigger (stored: right after offsets were stored; revoke; shutdown) and result (committed, nothing: no new offset stored, failed). librdkafka's periodic auto-commit, the backstop, is not counted.",
+		}, []string{"trigger", "result"}),
 	}
 	g.MustRegister(m.messages, m.duration, m.retries, m.dlq, m.parked, m.paused, m.inFlight,
-		m.lag, m.contractMismatch, m.unknownType, m.batchSize, m.batchReruns, m.sharedRuns)
+		m.lag, m.contractMismatch, m.unknownType, m.batchSize, m.batchReruns, m.sharedRuns, m.offsetCommits)
 	for _, reason := range []string{"processed-already", "lost-race", "shared-failed"} {
 		m.batchReruns.WithLabelValues(reason) // a series from the start: rate() and alerts see zeros
+	}
+	for _, result := range []string{"committed", "failed"} {
+		m.offsetCommits.WithLabelValues("stored", result)
 	}
 
 	sm := svc.Metrics

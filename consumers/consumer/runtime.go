@@ -286,7 +286,7 @@ func (r *Runtime) Run(ctx context.Context) error {
 	// commit what they stored, then leave the group.
 	r.stopWorkers(r.assigned())
 	stopCommitter()
-	r.commit()
+	r.commit("shutdown")
 	r.closeConsumer()
 	closed = true
 	r.log.Info().Msg("consumer stopped")
@@ -394,7 +394,7 @@ func (r *Runtime) rebalance(c *kafka.Consumer, ev kafka.Event) error {
 		}
 		r.stopWorkers(ps)
 		if !lost {
-			r.commit()
+			r.commit("revoke")
 		}
 		if cooperative {
 			return c.IncrementalUnassign(e.Partitions)
@@ -429,13 +429,10 @@ func (r *Runtime) startCommitter() (stop func()) {
 			case <-quit:
 				return
 			case <-r.commitReq:
-				if _, err := r.consumer.Commit(); err != nil {
-					var ke kafka.Error
-					if !errors.As(err, &ke) || ke.Code() != kafka.ErrNoOffset {
-						// A rebalance in progress, a broker away: the
-						// auto-commit and the commit on revoke cover it.
-						r.log.Debug().Err(err).Msg("eager offset commit failed")
-					}
+				if err := r.commitOffsets("stored"); err != nil {
+					// A rebalance in progress, a broker away: the
+					// auto-commit and the commit on revoke cover it.
+					r.log.Debug().Err(err).Msg("eager offset commit failed")
 				}
 			}
 		}
@@ -444,15 +441,30 @@ func (r *Runtime) startCommitter() (stop func()) {
 	return func() { once.Do(func() { close(quit); <-done }) }
 }
 
-// commit commits the stored offsets synchronously.
-func (r *Runtime) commit() {
-	if _, err := r.consumer.Commit(); err != nil {
-		var ke kafka.Error
-		if errors.As(err, &ke) && ke.Code() == kafka.ErrNoOffset {
-			return
-		}
-		r.log.Warn().Err(err).Msg("offset commit failed")
+// commit commits the stored offsets synchronously, on revoke and at
+// shutdown (trigger).
+func (r *Runtime) commit(trigger string) {
+	if err := r.commitOffsets(trigger); err != nil {
+		r.log.Warn().Err(err).Str("trigger", trigger).Msg("offset commit failed")
 	}
+}
+
+// commitOffsets commits the stored offsets synchronously and counts it in
+// pin_consumer_offset_commits_total. Nothing stored since the last commit
+// is not an error.
+func (r *Runtime) commitOffsets(trigger string) error {
+	_, err := r.consumer.Commit()
+	var ke kafka.Error
+	switch {
+	case err == nil:
+		r.m.offsetCommits.WithLabelValues(trigger, "committed").Inc()
+	case errors.As(err, &ke) && ke.Code() == kafka.ErrNoOffset:
+		r.m.offsetCommits.WithLabelValues(trigger, "nothing").Inc()
+		return nil
+	default:
+		r.m.offsetCommits.WithLabelValues(trigger, "failed").Inc()
+	}
+	return err
 }
 
 func (r *Runtime) assigned() []int32 {

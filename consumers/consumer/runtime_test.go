@@ -51,6 +51,11 @@ func TestCommitsOffsetsOnlyAfterTheDatabaseCommit(t *testing.T) {
 	if got := r.Counter("pin_consumer_messages_total", map[string]string{"outcome": "applied"}); got != n {
 		t.Fatalf("messages_total{applied} = %v, want %d", got, n)
 	}
+	// The offsets were committed right after they were stored, not by
+	// librdkafka's auto-commit (which the counter leaves out).
+	if got := r.Counter("pin_consumer_offset_commits_total", map[string]string{"trigger": "stored", "result": "committed"}); got < 1 {
+		t.Fatalf("offset_commits_total{stored,committed} = %v, want at least 1", got)
+	}
 }
 
 func TestRedeliveryAfterCrashBetweenDatabaseAndOffsetCommitIsSkipped(t *testing.T) {
@@ -385,6 +390,15 @@ func TestShutdownDrainsAndCommitsBeforeReturning(t *testing.T) {
 	}
 	if got := e.committed(); got != n {
 		t.Fatalf("committed %d after shutdown, want %d", got, n)
+	}
+	// One commit at shutdown, after the workers stopped: it commits what
+	// the eager commits had not yet, or finds nothing new.
+	shutdown := map[string]string{"trigger": "shutdown"}
+	if got := r.Counter("pin_consumer_offset_commits_total", shutdown); got != 1 {
+		t.Fatalf("offset_commits_total{shutdown} = %v, want 1", got)
+	}
+	if got := r.Counter("pin_consumer_offset_commits_total", map[string]string{"trigger": "shutdown", "result": "failed"}); got != 0 {
+		t.Fatalf("offset_commits_total{shutdown,failed} = %v, want 0", got)
 	}
 }
 
