@@ -410,7 +410,7 @@ type consumerRun struct {
 	BatchedEvents float64 `json:"batched_events"`           // events committed through the batch path (a lone message of a service with Prepare included)
 	Batches       float64 `json:"batches"`                  // such transactions
 	MeanBatch     float64 `json:"mean_batch_size"`          // batched_events / batches
-	OffsetCommits float64 `json:"offset_commits,omitempty"` // the runtime's commits right after a store (pin_consumer_offset_commits_total{trigger="stored"}); absent before 2026-12-01
+	OffsetCommits float64 `json:"offset_commits,omitempty"` // the runtime's commits right after a store that Kafka took (pin_consumer_offset_commits_total{trigger="stored",result="committed"}); absent before 2026-12-01
 	GoSysMiB      float64 `json:"go_sys_mib"`               // memory the Go runtime holds
 	GoHeapMiB     float64 `json:"go_heap_inuse_mib"`        // of which heap in use
 	RSSNowMiB     float64 `json:"rss_mib"`                  // process RSS at that moment
@@ -446,7 +446,8 @@ type pacedRun struct {
 	// each whole second of the run (a last, partial second left out): a
 	// run's p99 made by one stall shows as one bad second, a machine
 	// too busy throughout as many. Absent before 2026-12-01.
-	DBp99BySecondMs []float64 `json:"db_commit_p99_by_second_ms,omitempty"`
+	// A second none of whose messages has an outcome line is null.
+	DBp99BySecondMs []*float64 `json:"db_commit_p99_by_second_ms,omitempty"`
 	// produce → the offset committed to Kafka: the first poll (every 5 ms)
 	// that saw the group's committed offset past the message.
 	Offp50ms float64 `json:"offset_commit_p50_ms"`
@@ -723,7 +724,7 @@ func (b *bench) maxRun(ctx context.Context, p *proc, logPath string, w *offsetWa
 	}
 	if m, err := scrapeMetrics(p.addr); err == nil {
 		c.BatchedEvents, c.Batches = m["pin_consumer_batch_size_sum"], m["pin_consumer_batch_size_count"]
-		c.OffsetCommits = seriesWith(m, "pin_consumer_offset_commits_total", `trigger="stored"`)
+		c.OffsetCommits = storedCommits(m)
 		if c.Batches > 0 {
 			c.MeanBatch = c.BatchedEvents / c.Batches
 		}
@@ -770,16 +771,32 @@ func scrapeMetrics(addr string) (map[string]float64, error) {
 	return out, sc.Err()
 }
 
-// seriesWith sums the series of family that have label (name="value")
-// among their labels.
-func seriesWith(m map[string]float64, family, label string) float64 {
+// seriesWith sums the series of family that have every one of labels
+// (name="value") among their labels.
+func seriesWith(m map[string]float64, family string, labels ...string) float64 {
 	sum := 0.0
+series:
 	for k, v := range m {
-		if labels, ok := strings.CutPrefix(k, family+"{"); ok && slices.Contains(strings.Split(strings.TrimSuffix(labels, "}"), ","), label) {
-			sum += v
+		have, ok := strings.CutPrefix(k, family+"{")
+		if !ok {
+			continue
 		}
+		pairs := strings.Split(strings.TrimSuffix(have, "}"), ",")
+		for _, l := range labels {
+			if !slices.Contains(pairs, l) {
+				continue series
+			}
+		}
+		sum += v
 	}
 	return sum
+}
+
+// storedCommits is how many offset commits the runtime made right after
+// offsets were stored and Kafka took (not the ones that found nothing to
+// commit or failed).
+func storedCommits(m map[string]float64) float64 {
+	return seriesWith(m, "pin_consumer_offset_commits_total", `trigger="stored"`, `result="committed"`)
 }
 
 // pacedRate is the paced run's rate: half the measured one, or --paced-rate.
@@ -874,15 +891,24 @@ func (pr *pacedRun) fill(recs []produced, obs [][]commitObs, dbAt map[msgPos]tim
 	}
 	pr.DBp50ms, pr.DBp99ms, pr.DBmaxms, pr.DBn = percentiles(db)
 	pr.DBp99BySecondMs = nil
-	if len(recs) > 0 && len(bySecond) > 1 && recs[len(recs)-1].at.Sub(t0) < time.Duration(len(bySecond))*time.Second-time.Millisecond {
-		bySecond = bySecond[:len(bySecond)-1] // the last second is partial
+	if len(bySecond) > 1 {
+		// The last second is whole when the run's last message was due
+		// no earlier than one interval before its end.
+		var every time.Duration
+		if pr.TargetEPS > 0 {
+			every = time.Duration(float64(time.Second) / pr.TargetEPS)
+		}
+		if recs[len(recs)-1].at.Sub(t0)+every < time.Duration(len(bySecond))*time.Second {
+			bySecond = bySecond[:len(bySecond)-1]
+		}
 	}
 	for _, ds := range bySecond {
 		_, p99, _, n := percentiles(ds)
-		if n == 0 {
-			p99 = 0 // nothing produced or committed in that second: JSON has no NaN
+		var v *float64
+		if n > 0 {
+			v = new(math.Round(p99*10) / 10)
 		}
-		pr.DBp99BySecondMs = append(pr.DBp99BySecondMs, math.Round(p99*10)/10)
+		pr.DBp99BySecondMs = append(pr.DBp99BySecondMs, v)
 	}
 	pr.Offp50ms, pr.Offp99ms, pr.Offmaxms, pr.Offn = percentiles(off)
 }
@@ -916,34 +942,44 @@ func writePacedCSV(path string, recs []produced, obs [][]commitObs, dbAt map[msg
 
 // setBatches sets the paced run's transactions from the consumer's
 // metrics after it, less the max run's (scraped at its end, right before),
-// and its offset commits right after a store.
+// and its offset commits right after a store (storedCommits).
 func (pr *pacedRun) setBatches(m map[string]float64, maxRun *consumerRun) {
 	if n := m["pin_consumer_batch_size_count"] - maxRun.Batches; n > 0 {
 		pr.Batches = n
 		pr.MeanBatch = (m["pin_consumer_batch_size_sum"] - maxRun.BatchedEvents) / n
 	}
-	pr.OffsetCommits = seriesWith(m, "pin_consumer_offset_commits_total", `trigger="stored"`) - maxRun.OffsetCommits
+	pr.OffsetCommits = storedCommits(m) - maxRun.OffsetCommits
 }
 
 // summarizeSeconds says how the per-second p99s of a paced run compare
 // with the target: the median second, the worst one and when it was, and
 // how many seconds were within the target.
-func summarizeSeconds(p99s []float64, target time.Duration) string {
-	if len(p99s) == 0 {
-		return ""
-	}
-	worst, within := 0, 0
+func summarizeSeconds(p99s []*float64, target time.Duration) string {
+	limit := float64(target) / float64(time.Millisecond)
+	var measured []float64
+	worst, within := -1, 0
 	for i, v := range p99s {
-		if v > p99s[worst] {
+		if v == nil { // no outcome line from that second: not counted
+			continue
+		}
+		measured = append(measured, *v)
+		if worst < 0 || *v > *p99s[worst] {
 			worst = i
 		}
-		if v <= float64(target)/float64(time.Millisecond) {
+		if *v <= limit {
 			within++
 		}
 	}
-	sorted := slices.Sorted(slices.Values(p99s))
-	return fmt.Sprintf("median second %s, worst %s (second %d); %d of %d seconds ≤ %s",
-		fmtMs(sorted[(len(sorted)-1)/2]), fmtMs(p99s[worst]), worst, within, len(p99s), fmtMs(float64(target)/float64(time.Millisecond)))
+	if len(measured) == 0 {
+		return ""
+	}
+	slices.Sort(measured)
+	s := fmt.Sprintf("median second %s, worst %s (second %d); %d of %d seconds ≤ %s",
+		fmtMs(measured[(len(measured)-1)/2]), fmtMs(*p99s[worst]), worst, within, len(measured), fmtMs(limit))
+	if n := len(p99s) - len(measured); n > 0 {
+		s += fmt.Sprintf(" (%d without outcome lines)", n)
+	}
+	return s
 }
 
 // percentiles returns p50, p99 and max in milliseconds (nearest rank).
@@ -1218,8 +1254,12 @@ func (b *bench) table(r *serviceResult) {
 			p.Cores, p.Consumer, p.Postgres, p.Pinctl, p.Others)
 	}
 	if pc := r.Paced; pc.CPU != nil && pc.Batches > 0 {
-		fmt.Fprintf(b.out, "  paced run: %s batch transactions (mean %.1f events), %s offset commits; per event: consumer %.0f µs, PostgreSQL %.0f µs (max run: %.0f, %.0f)\n",
-			thousands(pc.Batches), pc.MeanBatch, thousands(pc.OffsetCommits), pc.ConsumerUsPer, pc.PGUsPer, c.CPUUsPer, c.PGUsPer)
+		commits := ""
+		if pc.OffsetCommits > 0 { // a binary from before the counter exports none
+			commits = ", " + thousands(pc.OffsetCommits) + " offset commits"
+		}
+		fmt.Fprintf(b.out, "  paced run: %s batch transactions (mean %.1f events)%s; per event: consumer %.0f µs, PostgreSQL %.0f µs (max run: %.0f, %.0f)\n",
+			thousands(pc.Batches), pc.MeanBatch, commits, pc.ConsumerUsPer, pc.PGUsPer, c.CPUUsPer, c.PGUsPer)
 	}
 	var outs []string
 	for k, v := range c.Outcomes {

@@ -161,25 +161,46 @@ func TestPercentiles(t *testing.T) {
 // last, partial second is left out.
 func TestPacedFillBySecond(t *testing.T) {
 	t0 := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
-	var recs []produced
-	dbAt := map[msgPos]time.Time{}
-	// 3 whole seconds of 100 messages each, then 5 in a fourth, partial one.
-	for i := range 305 {
-		at := t0.Add(time.Duration(i) * 10 * time.Millisecond)
-		lat := 10 * time.Millisecond
-		if i >= 100 && i < 200 && i%10 == 0 { // second 1: a tenth of its messages stall
-			lat = 300 * time.Millisecond
+	// n messages 10 ms apart (100/s); lat gives each one's latency, or
+	// false for a message without an outcome line.
+	run := func(n int, lat func(i int) (time.Duration, bool)) pacedRun {
+		var recs []produced
+		dbAt := map[msgPos]time.Time{}
+		for i := range n {
+			at := t0.Add(time.Duration(i) * 10 * time.Millisecond)
+			recs = append(recs, produced{at: at, partition: 0, offset: int64(i), ok: true})
+			if d, ok := lat(i); ok {
+				dbAt[msgPos{0, int64(i)}] = at.Add(d)
+			}
 		}
-		if i >= 300 {
-			lat = time.Second // the partial second: not reported
-		}
-		recs = append(recs, produced{at: at, partition: 0, offset: int64(i), ok: true})
-		dbAt[msgPos{0, int64(i)}] = at.Add(lat)
+		pr := pacedRun{TargetEPS: 100}
+		pr.fill(recs, nil, dbAt)
+		return pr
 	}
-	var pr pacedRun
-	pr.fill(recs, nil, dbAt)
-	if want := []float64{10, 300, 10}; !slices.Equal(pr.DBp99BySecondMs, want) {
-		t.Fatalf("p99 by second %v, want %v", pr.DBp99BySecondMs, want)
+	values := func(ps []*float64) []float64 {
+		var out []float64
+		for _, p := range ps {
+			if p == nil {
+				out = append(out, -1)
+			} else {
+				out = append(out, *p)
+			}
+		}
+		return out
+	}
+
+	// 3 whole seconds, then 5 messages of a fourth, partial one.
+	pr := run(305, func(i int) (time.Duration, bool) {
+		switch {
+		case i >= 300:
+			return time.Second, true // the partial second: not reported
+		case i >= 100 && i < 200 && i%10 == 0:
+			return 300 * time.Millisecond, true // second 1: a tenth of its messages stall
+		}
+		return 10 * time.Millisecond, true
+	})
+	if got, want := values(pr.DBp99BySecondMs), []float64{10, 300, 10}; !slices.Equal(got, want) {
+		t.Fatalf("p99 by second %v, want %v", got, want)
 	}
 	if pr.DBn != 305 || pr.DBmaxms != 1000 {
 		t.Fatalf("whole-run samples %d, max %v: every message counts there", pr.DBn, pr.DBmaxms)
@@ -188,8 +209,25 @@ func TestPacedFillBySecond(t *testing.T) {
 	if want := "median second 10.0 ms, worst 300 ms (second 1); 2 of 3 seconds ≤ 50.0 ms"; got != want {
 		t.Fatalf("summary %q, want %q", got, want)
 	}
-	if summarizeSeconds(nil, 50*time.Millisecond) != "" {
-		t.Fatal("a summary without seconds")
+
+	// A run that ends on a second's boundary keeps its last second: its
+	// last message was due one interval before the end.
+	pr = run(300, func(int) (time.Duration, bool) { return 10 * time.Millisecond, true })
+	if got, want := values(pr.DBp99BySecondMs), []float64{10, 10, 10}; !slices.Equal(got, want) {
+		t.Fatalf("a run of 3 whole seconds gave %v, want %v", got, want)
+	}
+
+	// A second without outcome lines is null, and the summary leaves it out.
+	pr = run(300, func(i int) (time.Duration, bool) { return 10 * time.Millisecond, i < 100 || i >= 200 })
+	if got, want := values(pr.DBp99BySecondMs), []float64{10, -1, 10}; !slices.Equal(got, want) {
+		t.Fatalf("a second without outcome lines gave %v, want %v", got, want)
+	}
+	got = summarizeSeconds(pr.DBp99BySecondMs, 50*time.Millisecond)
+	if want := "median second 10.0 ms, worst 10.0 ms (second 0); 2 of 2 seconds ≤ 50.0 ms (1 without outcome lines)"; got != want {
+		t.Fatalf("summary %q, want %q", got, want)
+	}
+	if summarizeSeconds(nil, 50*time.Millisecond) != "" || summarizeSeconds([]*float64{nil}, 50*time.Millisecond) != "" {
+		t.Fatal("a summary without measured seconds")
 	}
 }
 
@@ -199,15 +237,16 @@ func TestPacedBatches(t *testing.T) {
 	maxRun := &consumerRun{BatchedEvents: 30000, Batches: 250, OffsetCommits: 200}
 	var pr pacedRun
 	pr.setBatches(map[string]float64{"pin_consumer_batch_size_sum": 90000, "pin_consumer_batch_size_count": 3250,
-		`pin_consumer_offset_commits_total{result="committed",service="rewards",trigger="stored"}`: 2900,
+		`pin_consumer_offset_commits_total{result="committed",service="rewards",trigger="stored"}`: 3000,
 		`pin_consumer_offset_commits_total{result="nothing",service="rewards",trigger="stored"}`:   100,
+		`pin_consumer_offset_commits_total{result="failed",service="rewards",trigger="stored"}`:    4,
 		`pin_consumer_offset_commits_total{result="committed",service="rewards",trigger="revoke"}`: 7,
 	}, maxRun)
 	if pr.Batches != 3000 || pr.MeanBatch != 20 {
 		t.Fatalf("paced batches %v (mean %v), want 3000 (mean 20)", pr.Batches, pr.MeanBatch)
 	}
 	if pr.OffsetCommits != 2800 {
-		t.Fatalf("paced offset commits %v, want 2800 (3000 after it, stored only, less 200 before)", pr.OffsetCommits)
+		t.Fatalf("paced offset commits %v, want 2800 (3000 stored and committed after it, less 200 before)", pr.OffsetCommits)
 	}
 	var none pacedRun
 	none.setBatches(map[string]float64{"pin_consumer_batch_size_sum": 30000, "pin_consumer_batch_size_count": 250}, maxRun)

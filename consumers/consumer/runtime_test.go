@@ -14,6 +14,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
+	"github.com/rs/zerolog"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
@@ -399,6 +400,29 @@ func TestShutdownDrainsAndCommitsBeforeReturning(t *testing.T) {
 	}
 	if got := r.Counter("pin_consumer_offset_commits_total", map[string]string{"trigger": "shutdown", "result": "failed"}); got != 0 {
 		t.Fatalf("offset_commits_total{shutdown,failed} = %v, want 0", got)
+	}
+}
+
+// A commit that finds nothing stored since the last one is no failure: a
+// member that joined and got no message stops with one shutdown commit
+// counted as "nothing".
+func TestAShutdownWithNothingStoredCountsNothing(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	var logs consumertest.LogBuffer
+	logger := zerolog.New(&logs)
+	r := consumertest.Start(t, e.cluster.Bootstrap, e.url, probeService(long...), consumertest.Options{Logger: &logger})
+	kafkatest.Eventually(t, 30*time.Second, func() bool { return strings.Contains(logs.String(), `"partitions assigned"`) }, "the partitions assigned")
+	if err := r.Stop(); err != nil {
+		t.Fatalf("Run returned %v, want nil", err)
+	}
+	for result, want := range map[string]float64{"nothing": 1, "committed": 0, "failed": 0} {
+		if got := r.Counter("pin_consumer_offset_commits_total", map[string]string{"trigger": "shutdown", "result": result}); got != want {
+			t.Errorf("offset_commits_total{shutdown,%s} = %v, want %v", result, got, want)
+		}
+	}
+	if strings.Contains(logs.String(), "offset commit failed") {
+		t.Errorf("a commit with nothing to commit was logged as failed:\n%s", logs.String())
 	}
 }
 
