@@ -542,6 +542,10 @@ func (b *bench) runService(ctx context.Context, t demo.Topic) (*serviceResult, e
 	if err != nil {
 		return nil, err
 	}
+	// Every event is produced: the feeder's producer, idle from now on,
+	// goes, so that its threads and its poller (a goroutine in a cgo call
+	// that returns every 100 ms) do not share the paced run's cores.
+	f.close()
 	b.say("  paced at %.0f events/s for %s …", b.pacedRate(r), b.paced)
 	recs, obs, err := b.pacedRun(ctx, pr.cmd.Process.Pid, w, next, r)
 	if err != nil {

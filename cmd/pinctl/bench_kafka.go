@@ -377,6 +377,7 @@ const (
 // partition's high watermark and the average size of its messages.
 type feeder struct {
 	p        *kafka.Producer
+	closed   sync.Once
 	mu       sync.Mutex
 	high     []int64
 	bytes    []int64
@@ -411,7 +412,8 @@ func newFeeder(brokers string, partitions int) (*feeder, error) {
 	return f, nil
 }
 
-func (f *feeder) close() { f.p.Flush(5000); f.p.Close() }
+// close flushes and closes the producer; later calls do nothing.
+func (f *feeder) close() { f.closed.Do(func() { f.p.Flush(5000); f.p.Close() }) }
 
 // produce produces count events from next and waits for their delivery
 // reports.
