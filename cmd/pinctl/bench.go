@@ -554,7 +554,7 @@ func (b *bench) runService(ctx context.Context, t demo.Topic) (*serviceResult, e
 
 	// 4. Peak RSS, then stop.
 	if m, err := scrapeMetrics(pr.addr); err == nil {
-		r.Paced.setBatches(m, &r.Consumer)
+		r.Paced.setFromMetrics(m, &r.Consumer)
 		for _, c := range []struct {
 			dst    *float64
 			result string
@@ -944,10 +944,10 @@ func writePacedCSV(path string, recs []produced, obs [][]commitObs, dbAt map[msg
 	return os.WriteFile(path, []byte(b.String()), 0o644)
 }
 
-// setBatches sets the paced run's transactions from the consumer's
-// metrics after it, less the max run's (scraped at its end, right before),
-// and its offset commits right after a store (storedCommits).
-func (pr *pacedRun) setBatches(m map[string]float64, maxRun *consumerRun) {
+// setFromMetrics sets the paced run's transactions and its offset commits
+// right after a store (storedCommits) from the consumer's metrics after
+// it, less the max run's (scraped at its end, right before).
+func (pr *pacedRun) setFromMetrics(m map[string]float64, maxRun *consumerRun) {
 	if n := m["pin_consumer_batch_size_count"] - maxRun.Batches; n > 0 {
 		pr.Batches = n
 		pr.MeanBatch = (m["pin_consumer_batch_size_sum"] - maxRun.BatchedEvents) / n

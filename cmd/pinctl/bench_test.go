@@ -236,7 +236,7 @@ func TestPacedFillBySecond(t *testing.T) {
 func TestPacedBatches(t *testing.T) {
 	maxRun := &consumerRun{BatchedEvents: 30000, Batches: 250, OffsetCommits: 200}
 	var pr pacedRun
-	pr.setBatches(map[string]float64{"pin_consumer_batch_size_sum": 90000, "pin_consumer_batch_size_count": 3250,
+	pr.setFromMetrics(map[string]float64{"pin_consumer_batch_size_sum": 90000, "pin_consumer_batch_size_count": 3250,
 		`pin_consumer_offset_commits_total{result="committed",service="rewards",trigger="stored"}`: 3000,
 		`pin_consumer_offset_commits_total{result="nothing",service="rewards",trigger="stored"}`:   100,
 		`pin_consumer_offset_commits_total{result="failed",service="rewards",trigger="stored"}`:    4,
@@ -249,7 +249,7 @@ func TestPacedBatches(t *testing.T) {
 		t.Fatalf("paced offset commits %v, want 2800 (3000 stored and committed after it, less 200 before)", pr.OffsetCommits)
 	}
 	var none pacedRun
-	none.setBatches(map[string]float64{"pin_consumer_batch_size_sum": 30000, "pin_consumer_batch_size_count": 250}, maxRun)
+	none.setFromMetrics(map[string]float64{"pin_consumer_batch_size_sum": 30000, "pin_consumer_batch_size_count": 250}, maxRun)
 	if none.Batches != 0 || none.MeanBatch != 0 {
 		t.Fatalf("no paced transactions gave %v (mean %v)", none.Batches, none.MeanBatch)
 	}
