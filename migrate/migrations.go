@@ -80,3 +80,21 @@ func memDirFromFS(fsys fs.FS, path string) (*atlasmigrate.MemDir, error) {
 	}
 	return dir, nil
 }
+
+// Latest is the version of the newest migration compiled into the binary:
+// the schema the binary was built for. A consumer waits for it to be
+// applied before it joins its group (the schema gate).
+func Latest() (string, error) {
+	dir, err := Embedded()
+	if err != nil {
+		return "", err
+	}
+	files, err := dir.Files()
+	if err != nil {
+		return "", err
+	}
+	if len(files) == 0 {
+		return "", errors.New("no migration files embedded")
+	}
+	return files[len(files)-1].Version(), nil
+}
