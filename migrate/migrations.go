@@ -98,3 +98,36 @@ func Latest() (string, error) {
 	}
 	return files[len(files)-1].Version(), nil
 }
+
+// Upto returns a copy of dir that holds its files up to and including
+// version, with a matching atlas.sum: the directory as it was when version
+// was its newest file (an old binary's, in upgrade and schema-gate tests).
+func Upto(dir atlasmigrate.Dir, version string) (atlasmigrate.Dir, error) {
+	files, err := dir.Files()
+	if err != nil {
+		return nil, err
+	}
+	out := &atlasmigrate.MemDir{}
+	out.SetPath("upto:" + version)
+	found := false
+	for _, f := range files {
+		if f.Version() > version {
+			break
+		}
+		if err := out.WriteFile(f.Name(), f.Bytes()); err != nil {
+			return nil, err
+		}
+		found = found || f.Version() == version
+	}
+	if !found {
+		return nil, fmt.Errorf("no migration file of version %s", version)
+	}
+	sum, err := out.Checksum()
+	if err != nil {
+		return nil, err
+	}
+	if err := atlasmigrate.WriteSumFile(out, sum); err != nil {
+		return nil, err
+	}
+	return out, nil
+}

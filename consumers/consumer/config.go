@@ -26,7 +26,11 @@ type Config struct {
 	DrainTimeout time.Duration // CONSUMER_DRAIN_TIMEOUT: budget to finish in-flight work on revoke and shutdown (default 10s)
 	StuckAfter   time.Duration // CONSUMER_STUCK_AFTER: /readyz fails when a partition with work made no progress for this long (default 2m)
 	ParkedPoll   time.Duration // CONSUMER_PARKED_POLL: how often parked messages are looked for (default 1s, scaled)
-	DBMaxConns   int           // DATABASE_MAX_CONNS (default 16)
+	// SchemaRecheck (CONSUMER_SCHEMA_RECHECK): how often the schema gate
+	// reads the migration history again while the database is behind the
+	// binary (default 5s).
+	SchemaRecheck time.Duration
+	DBMaxConns    int // DATABASE_MAX_CONNS (default 16)
 	// StatementCache (DATABASE_STATEMENT_CACHE): statements each pool
 	// connection keeps prepared (default DefaultStatementCache; 0: none).
 	StatementCache int
@@ -79,6 +83,7 @@ func ConfigFromEnv(environ []string, defaultHTTP string) (Config, error) {
 		DrainTimeout:   10 * time.Second,
 		StuckAfter:     2 * time.Minute,
 		ParkedPoll:     time.Second,
+		SchemaRecheck:  5 * time.Second,
 		DBMaxConns:     16,
 		StatementCache: DefaultStatementCache,
 
@@ -148,6 +153,7 @@ func ConfigFromEnv(environ []string, defaultHTTP string) (Config, error) {
 	durVar("CONSUMER_DRAIN_TIMEOUT", &c.DrainTimeout)
 	durVar("CONSUMER_STUCK_AFTER", &c.StuckAfter)
 	durVar("CONSUMER_PARKED_POLL", &c.ParkedPoll)
+	durVar("CONSUMER_SCHEMA_RECHECK", &c.SchemaRecheck)
 
 	for k, v := range env {
 		name, ok := strings.CutPrefix(k, "KAFKA_")

@@ -1,14 +1,12 @@
 package consumer
 
 import (
-	"context"
 	"errors"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/lib/pq"
 )
 
 func TestConfigFromEnv(t *testing.T) {
@@ -263,49 +261,6 @@ func TestDecodePayloadKeepsItsResultWithTheMessage(t *testing.T) {
 	m.Payload = []byte(`{"M":5,"N":5}`)
 	if r, err := DecodePayload[R](m); err == nil || r.M != 2 {
 		t.Fatalf("again: %+v, %v; want the kept M = 2 and error", r, err)
-	}
-}
-
-func TestDecideRerunsLostRacesAtOnceThenBacksOff(t *testing.T) {
-	r := &Runtime{cfg: Config{RetryTimeScale: 1}, svc: Service{InvalidCode: Code{Name: "X_INVALID", Class: Invalid}}}
-	deadlock := &pq.Error{Code: "40P01", Message: "deadlock detected"}
-	tl := newTally()
-	for i := 0; i < lostRaceRetries; i++ {
-		if act, code, d := r.decide(context.Background(), deadlock, tl, true); act != actRetry || d != 0 || code.Name != "40P01" {
-			t.Fatalf("race %d: %v %s %v, want an immediate re-run", i, act, code.Name, d)
-		}
-	}
-	if act, _, d := r.decide(context.Background(), deadlock, tl, true); act != actWait || d <= 0 {
-		t.Fatalf("after %d races: %v %v, want the infrastructure backoff", lostRaceRetries, act, d)
-	}
-}
-
-func TestDecideFollowsTheClassTable(t *testing.T) {
-	r := &Runtime{cfg: Config{RetryTimeScale: 1}, svc: Service{InvalidCode: Code{Name: "X_INVALID", Class: Invalid}}}
-	later := Code{Name: "X_LATER", Class: RetryLater, Backoff: []time.Duration{time.Second, 2 * time.Second}}
-	now := Code{Name: "X_NOW", Class: RetryNow}
-	cases := []struct {
-		name    string
-		err     error
-		parking bool
-		want    []action
-	}{
-		{"invalid: DLQ at once", Code{Name: "X_BAD", Class: Invalid}.Errorf("x"), true, []action{actDeadLetter}},
-		{"data error: invalid", &pq.Error{Code: "22001"}, true, []action{actDeadLetter}},
-		{"retry-now: 3 re-runs, then DLQ", now.Errorf("x"), true, []action{actRetry, actRetry, actRetry, actDeadLetter}},
-		{"retry-later parks on the schedule, then DLQ", later.Errorf("x"), true, []action{actPark, actPark, actDeadLetter}},
-		{"retry-later blocking waits in line", later.Errorf("x"), false, []action{actWait, actWait, actDeadLetter}},
-		{"connection lost: wait forever", &pq.Error{Code: "08006"}, true, []action{actWait, actWait, actWait, actWait, actWait, actWait, actWait}},
-	}
-	for _, c := range cases {
-		t.Run(c.name, func(t *testing.T) {
-			tl := newTally()
-			for i, want := range c.want {
-				if act, _, _ := r.decide(context.Background(), c.err, tl, c.parking); act != want {
-					t.Fatalf("step %d: %v, want %v", i, act, want)
-				}
-			}
-		})
 	}
 }
 

@@ -2,11 +2,13 @@ package consumer
 
 import (
 	"context"
+	"database/sql"
 	"database/sql/driver"
 	"errors"
 	"fmt"
 	"io"
 	"net"
+	"strings"
 	"syscall"
 	"time"
 
@@ -121,29 +123,110 @@ func classify(err error, invalid Code) (Code, bool) {
 	return Code{}, false
 }
 
-// isInfrastructure reports errors that say the database or the network is
-// unavailable. Everything the runtime cannot classify is treated the same
-// way (retry with backoff, never drop), but these are expected and logged at
-// a lower level.
-func isInfrastructure(err error) bool {
-	if errors.Is(err, driver.ErrBadConn) || errors.Is(err, context.DeadlineExceeded) ||
+// Causes of a failure that is the world's, not the message's: the values of
+// the cause label of pin_consumer_infrastructure_errors_total, a closed set.
+// Where PostgreSQL reported the failure, the cause is its SQLSTATE class.
+var InfrastructureCauses = []string{
+	"08",         // connection exception
+	"0A",         // read-write refused during recovery (a hot standby), a cached plan's result type changed
+	"25",         // read-only transaction (a demoted primary, a standby), but not 25P02
+	"28",         // authentication
+	"3D",         // the database does not exist
+	"3F",         // a schema does not exist
+	"40",         // deadlock or serialization failure, after the immediate re-runs
+	"42",         // a missing privilege, table, column, function or type (42501, 42P01, 42703, 42883, 42704)
+	"53",         // insufficient resources: too many connections, disk full, out of memory
+	"54",         // 54000: the NOTIFY queue is full
+	"55",         // 55P03: lock_timeout
+	"57",         // operator intervention: admin shutdown, statement_timeout, cannot connect now
+	"58",         // system error: I/O
+	"XX",         // internal error
+	"connection", // the driver lost or could not open its connection (not a *pq.Error)
+	"kafka",      // the DLQ could not be published
+	"systemic",   // an unexpected failure that the other messages meet too (see processOne)
+}
+
+// infraCause returns the cause of an error that says the database or the
+// network is unavailable or not as the binary expects — a failure any
+// message would meet — or "" when it may be the message's own. The
+// message behind such a failure is retried until the cause is gone, never
+// dead-lettered (see decide).
+func infraCause(err error) string {
+	var pqErr *pq.Error
+	if errors.As(err, &pqErr) {
+		return sqlstateCause(pqErr)
+	}
+	if connectionLost(err) {
+		return "connection"
+	}
+	return ""
+}
+
+// sqlstateCause is infraCause for an error PostgreSQL reported.
+func sqlstateCause(e *pq.Error) string {
+	class := string(e.Code.Class())
+	switch class {
+	case "08", "28", "3D", "3F", "40", "53", "57", "58", "XX":
+		return class
+	case "25":
+		// 25P02 follows an earlier failure of the same transaction: its
+		// cause is that failure, which may be the message's own.
+		if e.Code != "25P02" {
+			return class
+		}
+	case "42":
+		switch e.Code {
+		case "42501", "42P01", "42703", "42883", "42704": // privilege, table, column, function, type
+			return class
+		}
+	case "54":
+		if e.Code == "54000" { // "too many notifications in the NOTIFY queue"
+			return class
+		}
+	case "55":
+		if e.Code == "55P03" { // lock_timeout
+			return class
+		}
+	case "0A":
+		// A hot standby refuses BEGIN READ WRITE with 0A000 "cannot set
+		// transaction read-write mode during recovery"; a prepared
+		// statement whose result type changed fails once (stmtcache.go).
+		if resultTypeChanged(e) || strings.Contains(e.Message, "during recovery") {
+			return class
+		}
+	}
+	return ""
+}
+
+// connectionLost reports an error of the driver or the network that is not
+// a *pq.Error: a connection refused, reset or closed, a timeout, or lib/pq
+// finding the protocol stream broken (its plain "pq: …" errors, but for the
+// few that a statement or the code itself causes).
+func connectionLost(err error) bool {
+	if errors.Is(err, driver.ErrBadConn) || errors.Is(err, sql.ErrConnDone) || errors.Is(err, context.DeadlineExceeded) ||
 		errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, syscall.ECONNRESET) ||
-		errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.EPIPE) {
+		errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.EPIPE) || errors.Is(err, syscall.ETIMEDOUT) {
 		return true
 	}
 	var ne net.Error
 	if errors.As(err, &ne) {
 		return true
 	}
-	if resultTypeChanged(err) { // a column's type altered: the retry prepares anew (stmtcache.go)
-		return true
+	if errors.Is(err, pq.ErrInFailedTransaction) || errors.Is(err, pq.ErrNotSupported) {
+		return false
 	}
-	var pqErr *pq.Error
-	if errors.As(err, &pqErr) {
-		switch pqErr.Code.Class() {
-		case "08", "57", "53", "40": // connection, operator intervention, resources, tx rollback
-			return true
+	leaf := err
+	for u := errors.Unwrap(leaf); u != nil; u = errors.Unwrap(leaf) {
+		leaf = u
+	}
+	msg := leaf.Error()
+	if !strings.HasPrefix(msg, "pq: ") {
+		return false
+	}
+	for _, own := range []string{"parameters but PostgreSQL only supports", "there is already a query being processed"} {
+		if strings.Contains(msg, own) {
+			return false
 		}
 	}
-	return false
+	return true
 }

@@ -1,7 +1,7 @@
 package consumer
 
-// IsInfrastructure exposes isInfrastructure to the external tests.
-var IsInfrastructure = isInfrastructure
+// InfraCause exposes infraCause to the external tests.
+var InfraCause = infraCause
 
 // SharedWaiting is how many runs wait for a shared transaction's lane.
 func (r *Runtime) SharedWaiting() int {

@@ -2,6 +2,7 @@ package consumer
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"net/http/pprof"
@@ -37,6 +38,9 @@ func (r *Runtime) httpHandler() http.Handler {
 
 // Ready reports why the consumer is not ready, or nil.
 func (r *Runtime) Ready(ctx context.Context) error {
+	if g := r.gate.Load(); g != nil {
+		return errors.New(*g)
+	}
 	if !r.joined.Load() {
 		return fmt.Errorf("not yet a member of group %s", r.svc.Group)
 	}
@@ -49,6 +53,10 @@ func (r *Runtime) Ready(ctx context.Context) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for p, w := range r.workers {
+		if ws := w.waiting.Load(); ws != nil {
+			return fmt.Errorf("partition %d waits on a failure that is not its message's own (cause %s, for %s): %s",
+				p, ws.cause, now.Sub(ws.since).Round(time.Second), ws.reason)
+		}
 		if w.stuck(now, r.cfg.StuckAfter) {
 			return fmt.Errorf("partition %d made no progress for %s", p, now.Sub(time.Unix(0, w.lastProgress.Load())).Round(time.Second))
 		}

@@ -22,6 +22,7 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 
 	"github.com/pin-platform/consumers/ent"
+	"github.com/pin-platform/consumers/migrate"
 )
 
 // Exit codes of a consumer process.
@@ -69,7 +70,12 @@ func Main(ctx context.Context, environ []string, stderr io.Writer, defaultHTTP s
 	db.SetConnMaxIdleTime(5 * time.Minute)
 	client := ent.NewClient(ent.Driver(entsql.OpenDB(dialect.Postgres, db)))
 
-	rt, err := New(cfg, svc, client, db, Options{Logger: log, Registry: reg})
+	schema, err := migrate.Latest()
+	if err != nil { // a build without its migrations: not the operator's to fix
+		slog.Error().Err(err).Msg("setup failed")
+		return ExitFailed
+	}
+	rt, err := New(cfg, svc, client, db, Options{Logger: log, Registry: reg, SchemaVersion: schema})
 	if err != nil {
 		slog.Error().Err(err).Msg("setup failed")
 		return ExitFailed

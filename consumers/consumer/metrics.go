@@ -27,6 +27,8 @@ type metrics struct {
 	batchReruns      *prometheus.CounterVec   // pin_consumer_batch_reruns_total{reason}
 	sharedRuns       prometheus.Histogram     // pin_consumer_shared_transaction_runs
 	offsetCommits    *prometheus.CounterVec   // pin_consumer_offset_commits_total{trigger,result}
+	infraErrors      *prometheus.CounterVec   // pin_consumer_infrastructure_errors_total{cause}
+	schemaBehind     prometheus.Gauge         // pin_consumer_schema_behind
 
 	specDuration  prometheus.Observer
 	specDLQ       *prometheus.CounterVec
@@ -86,9 +88,21 @@ func newMetrics(reg prometheus.Registerer, svc Service, lagSource func(context.C
 			Name: "pin_consumer_offset_commits_total",
 			Help: "Synchronous offset commits to Kafka by trigger (stored: right after offsets were stored; revoke; shutdown) and result (committed, nothing: no new offset stored, failed). librdkafka's periodic auto-commit, the backstop, is not counted.",
 		}, []string{"trigger", "result"}),
+		infraErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "pin_consumer_infrastructure_errors_total",
+			Help: "Failed attempts whose cause is not the message's own, by cause: the SQLSTATE class PostgreSQL reported (25 read-only, 42 a missing privilege, table or column, 08 connection, 53 resources, 57 shutdown or timeout, …), connection (the driver's connection lost), kafka (a DLQ publish failed), systemic (an unexpected failure other messages meet too). The partition waits and retries; nothing is dead-lettered.",
+		}, []string{"cause"}),
+		schemaBehind: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "pin_consumer_schema_behind",
+			Help: "1 while the database lacks the newest migration the binary was built with: the consumer does not join its group until `pinctl migrate apply` ran.",
+		}),
 	}
 	g.MustRegister(m.messages, m.duration, m.retries, m.dlq, m.parked, m.paused, m.inFlight,
-		m.lag, m.contractMismatch, m.unknownType, m.batchSize, m.batchReruns, m.sharedRuns, m.offsetCommits)
+		m.lag, m.contractMismatch, m.unknownType, m.batchSize, m.batchReruns, m.sharedRuns, m.offsetCommits,
+		m.infraErrors, m.schemaBehind)
+	for _, cause := range InfrastructureCauses {
+		m.infraErrors.WithLabelValues(cause)
+	}
 	for _, reason := range []string{"processed-already", "lost-race", "shared-failed"} {
 		m.batchReruns.WithLabelValues(reason) // a series from the start: rate() and alerts see zeros
 	}
@@ -164,6 +178,9 @@ func (m *metrics) retry(class Class, code string) {
 		m.specRetries.WithLabelValues(class.String(), code).Inc()
 	}
 }
+
+// infra counts a failed attempt whose cause is the world's.
+func (m *metrics) infra(cause string) { m.infraErrors.WithLabelValues(cause).Inc() }
 
 func (m *metrics) deadLettered(code string) {
 	m.dlq.WithLabelValues(code).Inc()

@@ -193,6 +193,7 @@ func (r *Runtime) redriveOne(ctx context.Context) (bool, error) {
 			if err := tx.Commit(); err != nil {
 				return fail(err)
 			}
+			r.committed(it)
 			it.outcome = out
 			r.finish(it, nil)
 			return true, nil
@@ -200,15 +201,19 @@ func (r *Runtime) redriveOne(ctx context.Context) (bool, error) {
 		if ctx.Err() != nil {
 			return true, ctx.Err()
 		}
-		act, code, d := r.decide(ctx, err, t, true)
-		switch act {
+		v := r.decide(err, t, true)
+		code := v.code
+		switch v.act {
 		case actRetry:
 			r.m.retry(code.Class, code.Name)
 			continue
-		case actWait: // infrastructure or unexpected: back off this row only
+		case actWait, actCheck: // the world's, or unexpected: back off this row only
+			if v.cause != "" {
+				r.m.infra(v.cause)
+			}
 			return fail(err)
 		case actPark:
-			next := time.Now().Add(d)
+			next := time.Now().Add(v.delay)
 			if uerr := tx.ParkedMessage.UpdateOne(row).
 				SetAttempts(it.attempts).
 				SetScheduleStep(t.step).

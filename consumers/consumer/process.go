@@ -9,7 +9,6 @@ import (
 
 	"github.com/cenkalti/backoff/v5"
 	"github.com/confluentinc/confluent-kafka-go/v2/kafka"
-	"github.com/lib/pq"
 	"github.com/rs/zerolog"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
@@ -56,10 +55,23 @@ func (r *Runtime) prepare(km *kafka.Message, at time.Time) *item {
 			attribute.Int("messaging.destination.partition.id", int(km.TopicPartition.Partition)),
 			attribute.Int64("messaging.kafka.offset", int64(km.TopicPartition.Offset)),
 		))
+	r.decode(it)
+	if it.msg != nil && it.span.IsRecording() { // not built for a tracer that is off
+		it.span.SetAttributes(
+			attribute.String("messaging.message.id", it.id),
+			attribute.String("pin.event_type", it.msg.EventType))
+	}
+	r.logFor(it).Debug().Msg("consumed")
+	return it
+}
+
+// decode reads the item's envelope and finds its route.
+func (r *Runtime) decode(it *item) {
+	km := it.km
 	env, err := DecodeEnvelope(km.Value)
 	if err != nil {
 		it.decodeErr = err
-		return it
+		return
 	}
 	it.msg = &Message{
 		Envelope:  env,
@@ -70,16 +82,18 @@ func (r *Runtime) prepare(km *kafka.Message, at time.Time) *item {
 		invalid:   r.svc.InvalidCode,
 	}
 	it.id = env.MessageID.String()
-	if it.span.IsRecording() { // not built for a tracer that is off
-		it.span.SetAttributes(
-			attribute.String("messaging.message.id", it.id),
-			attribute.String("pin.event_type", env.EventType))
-	}
 	it.route, it.routed = r.svc.route(env.EventType)
-	r.logFor(it).Debug().Msg("consumed")
 	if it.routed {
 		it.key = it.route.KeyPrefix + it.id
 	}
+}
+
+// probeItem decodes a queued message for a probe (probeUpcoming): no span of
+// its own, no "consumed" line; it is prepared again when its turn comes.
+func (r *Runtime) probeItem(km *kafka.Message) *item {
+	it := &item{km: km, start: time.Now(), ctx: context.Background()}
+	it.span = trace.SpanFromContext(it.ctx) // a no-op span
+	r.decode(it)
 	return it
 }
 
@@ -119,6 +133,8 @@ func (w *worker) handle(batch []queued) bool {
 				Int("expected", r.svc.ContractVersion).Msg("contract-version-mismatch")
 		}
 	}
+	w.items = items // the messages behind a failing one may be probed (probeUpcoming)
+	defer func() { w.items = nil }()
 	for i := 0; i < len(items); {
 		j := i
 		for j < len(items) && items[j].routed && items[j].msg.Problem() == nil {
@@ -257,6 +273,7 @@ func (w *worker) processBatch(items []*item) (ok bool, failed int, err error) {
 func (w *worker) settle(items []*item) {
 	for _, it := range items {
 		it.attempts = 1
+		w.r.committed(it)
 		w.finish(it, nil)
 	}
 	w.ack(items[len(items)-1].km.TopicPartition.Offset)
@@ -473,166 +490,6 @@ func (w *worker) attempt(it *item) (Outcome, error) {
 		return "", fmt.Errorf("commit: %w", err)
 	}
 	return out, nil
-}
-
-// Failure handling: the one table from class to behaviour.
-
-// unexpectedLimit is how many times an error the runtime cannot classify is
-// retried (with the infrastructure backoff) before the message is
-// dead-lettered as EVENT_PROCESSING_FAILED — provided PostgreSQL answers; while
-// it does not, the error is an outage and is retried forever.
-const unexpectedLimit = 5
-
-// ProcessingFailed is the code of a message whose handling failed
-// unexpectedly unexpectedLimit times while the database was reachable: a
-// bug, most likely. Replay it from the DLQ after the fix.
-var ProcessingFailed = Code{Name: "EVENT_PROCESSING_FAILED", Class: Invalid}
-
-type action int
-
-const (
-	actRetry      action = iota + 1 // run again now
-	actWait                         // run again after delay (partition held)
-	actPark                         // park for a retry-later
-	actDeadLetter                   // publish to the DLQ
-)
-
-// tally is what one message's failures so far add up to.
-type tally struct {
-	races      int // immediate re-runs after a deadlock or serialization failure
-	retryNow   int // retry-now re-runs used
-	step       int // retry-later retries used (index into the code's schedule)
-	unexpected int // unclassified failures while the database answered
-	infra      *backoff.ExponentialBackOff
-}
-
-func newTally() *tally { return &tally{infra: newInfraBackoff()} }
-
-// decide maps a failed attempt to what happens next. parking says whether
-// a retry-later may be parked (else it waits in line).
-func (r *Runtime) decide(ctx context.Context, err error, t *tally, parking bool) (action, Code, time.Duration) {
-	code, known := classify(err, r.svc.InvalidCode)
-	if c := lostRace(err); c != "" && t.races < lostRaceRetries {
-		// A deadlock or serialization failure between concurrent
-		// transactions (batches of two partitions touching the same rows):
-		// the other transaction has gone on, so running again at once
-		// usually succeeds. Backing off a second would stall the partition.
-		t.races++
-		return actRetry, Code{Name: c, Class: Infrastructure}, 0
-	}
-	if !known || code.Class == Infrastructure {
-		if !known && !isInfrastructure(err) && r.dbAnswers(ctx) {
-			t.unexpected++
-			if t.unexpected >= unexpectedLimit {
-				return actDeadLetter, ProcessingFailed, 0
-			}
-		}
-		return actWait, Code{Name: code.Name, Class: Infrastructure}, r.cfg.scale(t.infra.NextBackOff())
-	}
-	switch code.Class {
-	case RetryNow:
-		if t.retryNow < r.svc.retryNow() {
-			t.retryNow++
-			return actRetry, code, 0
-		}
-	case RetryLater:
-		if t.step < len(code.Backoff) {
-			d := r.cfg.scale(code.Backoff[t.step])
-			t.step++
-			if parking {
-				return actPark, code, d
-			}
-			return actWait, code, d
-		}
-	}
-	return actDeadLetter, code, 0
-}
-
-// lostRaceRetries is how many deadlocks or serialization failures in a
-// row are re-run at once before the infrastructure backoff applies.
-const lostRaceRetries = 3
-
-// lostRace returns the SQLSTATE of a deadlock (40P01) or serialization
-// failure (40001), or "".
-func lostRace(err error) string {
-	var pqErr *pq.Error
-	if errors.As(err, &pqErr) && (pqErr.Code == "40001" || pqErr.Code == "40P01") {
-		return string(pqErr.Code)
-	}
-	return ""
-}
-
-// dbAnswers reports whether PostgreSQL answers a ping within a second.
-func (r *Runtime) dbAnswers(ctx context.Context) bool {
-	ctx, cancel := context.WithTimeout(ctx, time.Second)
-	defer cancel()
-	return r.db.PingContext(ctx) == nil
-}
-
-// processOne takes one message to a final state: committed, skipped,
-// dead-lettered or parked. It reports false when the worker is stopping and
-// the message was abandoned (it will be redelivered).
-//
-// firstErr, when set, is the failure of the message's first attempt, made
-// in a batch that was rolled back.
-func (w *worker) processOne(it *item, firstErr error) bool {
-	r := w.r
-	if it.decodeErr != nil {
-		return w.deadLetter(it, EnvelopeInvalid, it.decodeErr, 1)
-	}
-	if !it.routed {
-		r.m.unknownType.WithLabelValues(it.msg.EventType).Inc()
-		it.outcome = SkippedUnknownEventType
-		w.finish(it, nil)
-		w.ack(it.km.TopicPartition.Offset)
-		return true
-	}
-	if p := it.msg.Problem(); p != nil {
-		return w.deadLetter(it, r.svc.InvalidCode, r.svc.InvalidCode.Wrap(p), 1)
-	}
-	t := newTally()
-	for {
-		it.attempts++
-		var out Outcome
-		err := firstErr
-		if firstErr != nil {
-			firstErr = nil
-		} else {
-			out, err = w.attempt(it)
-		}
-		if err == nil {
-			it.outcome = out
-			w.finish(it, nil)
-			w.ack(it.km.TopicPartition.Offset)
-			return true
-		}
-		if w.ctx.Err() != nil {
-			return false
-		}
-		act, code, d := r.decide(w.ctx, err, t, !r.svc.Blocking)
-		switch act {
-		case actRetry:
-			r.m.retry(code.Class, code.Name)
-			r.logFor(it).Info().Str("code", code.Name).Err(err).Int("attempts", it.attempts).Msg("retry-now")
-		case actWait:
-			r.m.retry(code.Class, code.Name)
-			ev := r.logFor(it).Info()
-			if code.Class == Infrastructure {
-				ev = r.logFor(it).Warn()
-				if !isInfrastructure(err) {
-					ev = r.logFor(it).Error() // not a known outage: may be a bug
-				}
-			}
-			ev.Str("code", code.Name).Err(err).Dur("retry_in", d).Int("attempts", it.attempts).Msg("retry-" + code.Class.String())
-			if !w.sleep(d) {
-				return false
-			}
-		case actPark:
-			return w.park(it, code, err, t.step, d)
-		case actDeadLetter:
-			return w.deadLetter(it, code, err, it.attempts)
-		}
-	}
 }
 
 // finish ends a message that reached a final state: after-commit hooks,

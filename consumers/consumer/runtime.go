@@ -31,6 +31,10 @@ type Options struct {
 	Registry       *prometheus.Registry          // default: a new registry with Go and process collectors
 	TracerProvider trace.TracerProvider          // default: otel.GetTracerProvider()
 	Propagator     propagation.TextMapPropagator // default: W3C trace context
+	// SchemaVersion is the newest migration the binary was built with
+	// (migrate.Latest): the consumer joins its group only once the database
+	// has it (schemagate.go). Empty: no gate.
+	SchemaVersion string
 }
 
 // Runtime runs one Service: a consumer-group member, its partition workers,
@@ -67,12 +71,19 @@ type Runtime struct {
 	// (CONSUMER_SHARED_TRANSACTIONS; nil: off).
 	share *sharer
 
+	// commits counts, per route (EventType), the messages committed with
+	// their handler's effect: the evidence that an unexpected failure is a
+	// message's own (processOne). Built in New, read-only after.
+	commits map[string]*atomic.Uint64
+
 	// commitReq asks the committer for a commit of the stored offsets.
 	commitReq chan struct{}
 
-	joined      atomic.Bool // the member got its first assignment (possibly empty)
-	cooperative bool        // partition.assignment.strategy is cooperative-sticky
-	httpAddr    atomic.Value
+	schemaVersion string                 // Options.SchemaVersion
+	gate          atomic.Pointer[string] // why the schema gate holds the consumer out of its group; nil: open
+	joined        atomic.Bool            // the member got its first assignment (possibly empty)
+	cooperative   bool                   // partition.assignment.strategy is cooperative-sticky
+	httpAddr      atomic.Value
 }
 
 // New builds a runtime. client and db are the same database: db is used for
@@ -102,12 +113,21 @@ func New(cfg Config, svc Service, client *ent.Client, db *sql.DB, opts Options) 
 	if cfg.ParkedPoll <= 0 {
 		cfg.ParkedPoll = time.Second
 	}
+	if cfg.SchemaRecheck <= 0 {
+		cfg.SchemaRecheck = 5 * time.Second
+	}
 	r := &Runtime{
 		cfg: cfg, svc: svc, client: client, db: db,
 		log:     opts.Logger.With().Str("service", svc.Name).Str("topic", svc.Topic).Logger(),
 		reg:     opts.Registry,
 		prop:    opts.Propagator,
 		workers: map[int32]*worker{},
+
+		schemaVersion: opts.SchemaVersion,
+		commits:       make(map[string]*atomic.Uint64, len(svc.Routes)),
+	}
+	for _, rt := range svc.Routes {
+		r.commits[rt.EventType] = new(atomic.Uint64)
 	}
 	if cfg.MaxTransactions > 0 {
 		r.turns = make(chan struct{}, cfg.MaxTransactions)
@@ -272,6 +292,11 @@ func (r *Runtime) Run(ctx context.Context) error {
 			_ = srv.Shutdown(sctx)
 		}()
 	}
+	// Nothing is consumed, and nothing parked re-driven, before the
+	// database has the schema this binary was built for.
+	if !r.awaitSchema(ctx) {
+		return nil
+	}
 	bg.Add(1)
 	go func() { defer bg.Done(); r.redriveLoop(ctx) }()
 
@@ -295,7 +320,7 @@ func (r *Runtime) Run(ctx context.Context) error {
 
 func (r *Runtime) pollLoop(ctx context.Context) error {
 	for ctx.Err() == nil {
-		r.resumeDrained()
+		r.adjustPauses()
 		switch e := r.consumer.Poll(100).(type) {
 		case *kafka.Message:
 			r.dispatch(e)

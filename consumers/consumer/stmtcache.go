@@ -30,7 +30,7 @@ import (
 // must not change result type", a column's type altered under a running
 // consumer): that statement fails once, every connection drops its
 // prepared statements (DEALLOCATE ALL before its next one), and the error
-// counts as an infrastructure one (isInfrastructure), so the message is
+// counts as an infrastructure one (infraCause), so the message is
 // retried, not dead-lettered.
 //
 // Behind a pooler in transaction mode (PgBouncer before 1.22, or without

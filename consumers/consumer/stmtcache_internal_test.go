@@ -23,8 +23,8 @@ func TestResultTypeChangedMatchesTheRoutineNotTheMessage(t *testing.T) {
 		if got := resultTypeChanged(c.err); got != c.want {
 			t.Errorf("resultTypeChanged(%v) = %v, want %v", c.err, got, c.want)
 		}
-		if got := isInfrastructure(c.err); got != c.want {
-			t.Errorf("isInfrastructure(%v) = %v, want %v", c.err, got, c.want)
+		if got := infraCause(c.err); c.want && got != "0A" {
+			t.Errorf("infraCause(%v) = %q, want 0A: the retry prepares anew", c.err, got)
 		}
 	}
 }

@@ -44,11 +44,108 @@ type worker struct {
 	// a worker it leaves behind).
 	hasTurn atomic.Bool
 
+	// items is the batch being handled, and carry the messages taken out
+	// of in to be probed (probeUpcoming), handled before the next ones of in.
+	// Owned by the worker's goroutine.
+	items []*item
+	carry []queued
+
+	// waiting is set while the worker waits on a failure that is not its
+	// message's own (an outage, a missing grant, a systemic bug): the poll
+	// goroutine pauses the partition and /readyz reports it.
+	waiting atomic.Pointer[waitState]
+
 	paused       atomic.Bool // written by the poll goroutine
 	busy         atomic.Bool
 	abandoned    atomic.Bool  // drain budget spent: its late acks are ignored
 	lastProgress atomic.Int64 // unix nanos
 	stopOnce     sync.Once
+}
+
+// waitState is what a held partition waits on.
+type waitState struct {
+	cause  string // one of InfrastructureCauses
+	reason string // the failure, for /readyz
+	since  time.Time
+}
+
+// hold marks the worker as waiting on a failure that is not its message's
+// own; release clears it.
+func (w *worker) hold(cause string, err error) {
+	if ws := w.waiting.Load(); ws != nil && ws.cause == cause {
+		return
+	}
+	w.waiting.Store(&waitState{cause: cause, reason: abbreviate(err.Error(), 300), since: time.Now()})
+}
+
+func (w *worker) release() {
+	if w.waiting.Load() != nil {
+		w.waiting.Store(nil)
+	}
+}
+
+// upcoming returns up to n messages queued behind it on its partition, of
+// its route and readable: the candidates for a probe. They come from the
+// rest of the batch, then from the queue (kept in carry, so that they are
+// still handled in order).
+func (w *worker) upcoming(it *item, n int) []*item {
+	var out []*item
+	same := func(c *item) bool {
+		return c.routed && c.msg.Problem() == nil && c.route.EventType == it.route.EventType && !c.marked
+	}
+	after := false
+	for _, c := range w.items {
+		if c == it {
+			after = true
+			continue
+		}
+		if after && same(c) {
+			if out = append(out, c); len(out) == n {
+				return out
+			}
+		}
+	}
+	for i := 0; len(out) < n; i++ {
+		if i == len(w.carry) {
+			select {
+			case q := <-w.in:
+				w.carry = append(w.carry, q)
+			default:
+				return out
+			}
+		}
+		if c := w.r.probeItem(w.carry[i].m); same(c) {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// next takes the next message: a carried one, else one from in; block
+// says whether to wait for one. ok is false when there is none (or the
+// worker is stopping).
+func (w *worker) next(block bool) (q queued, ok bool) {
+	if len(w.carry) > 0 {
+		q = w.carry[0]
+		w.carry[0] = queued{}
+		w.carry = w.carry[1:]
+		return q, true
+	}
+	if !block {
+		select {
+		case q := <-w.in:
+			return q, true
+		default:
+			return q, false
+		}
+	}
+	select {
+	case <-w.quit:
+	case <-w.ctx.Done():
+	case q := <-w.in:
+		return q, true
+	}
+	return q, false
 }
 
 func (r *Runtime) startWorker(tp kafka.TopicPartition) {
@@ -158,18 +255,36 @@ func (r *Runtime) dispatch(m *kafka.Message) {
 	}
 }
 
-// resumeDrained resumes paused partitions whose queue has room again,
-// seeking back to the first message that was not taken (poll goroutine).
-func (r *Runtime) resumeDrained() {
+// adjustPauses pauses the partitions whose worker waits on a failure that
+// is not its message's own (nothing more is fetched for them meanwhile),
+// and resumes paused partitions whose worker waits on nothing and whose
+// queue has room again, seeking back to the first message that was not
+// taken (poll goroutine).
+func (r *Runtime) adjustPauses() {
 	r.mu.Lock()
-	var ws []*worker
+	var hold, resume []*worker
 	for _, w := range r.workers {
-		if w.paused.Load() && len(w.in) <= cap(w.in)/2 {
-			ws = append(ws, w)
+		waiting := w.waiting.Load() != nil
+		switch {
+		case !w.paused.Load() && waiting:
+			hold = append(hold, w)
+		case w.paused.Load() && !waiting && len(w.in) <= cap(w.in)/2:
+			resume = append(resume, w)
 		}
 	}
 	r.mu.Unlock()
-	for _, w := range ws {
+	for _, w := range hold {
+		tp := w.tp
+		if err := r.consumer.Pause([]kafka.TopicPartition{tp}); err != nil {
+			r.log.Warn().Err(err).Int32("partition", tp.Partition).Msg("pause failed")
+			continue
+		}
+		w.paused.Store(true)
+		w.resumeFrom = w.lastDispatched + 1
+		r.m.paused.Inc()
+		r.log.Debug().Int32("partition", tp.Partition).Int64("offset", int64(w.resumeFrom)).Msg("partition paused: waiting on a failure")
+	}
+	for _, w := range resume {
 		tp := kafka.TopicPartition{Topic: w.tp.Topic, Partition: w.tp.Partition, Offset: w.resumeFrom}
 		if err := r.consumer.Seek(tp, -1); err != nil {
 			r.log.Warn().Err(err).Int32("partition", tp.Partition).Msg("seek on resume failed")
@@ -196,39 +311,34 @@ func (w *worker) run() {
 			return
 		default:
 		}
-		select {
-		case <-w.quit:
+		q, ok := w.next(true)
+		if !ok {
 			return
-		case <-w.ctx.Done():
-			return
-		case q := <-w.in:
-			// With a cap on concurrent transactions, wait for a turn
-			// before the batch is gathered: what arrives meanwhile joins it.
-			// A stop ends the wait. Busy from here: a worker starved of
-			// turns has work, and /readyz should say so.
-			w.busy.Store(true)
-			if !w.takeTurn(w.quit) {
-				w.busy.Store(false)
-				return
-			}
-			batch = append(batch[:0], q)
-		fill:
-			for len(batch) < w.r.cfg.BatchSize {
-				select {
-				case q := <-w.in:
-					batch = append(batch, q)
-				default:
-					break fill
-				}
-			}
-			w.r.m.inFlight.Add(float64(len(batch)))
-			ok := w.handle(batch)
-			w.r.m.inFlight.Sub(float64(len(batch)))
+		}
+		// With a cap on concurrent transactions, wait for a turn
+		// before the batch is gathered: what arrives meanwhile joins it.
+		// A stop ends the wait. Busy from here: a worker starved of
+		// turns has work, and /readyz should say so.
+		w.busy.Store(true)
+		if !w.takeTurn(w.quit) {
 			w.busy.Store(false)
-			w.giveTurn()
+			return
+		}
+		batch = append(batch[:0], q)
+		for len(batch) < w.r.cfg.BatchSize {
+			q, ok := w.next(false)
 			if !ok {
-				return // abandoned: stopping
+				break
 			}
+			batch = append(batch, q)
+		}
+		w.r.m.inFlight.Add(float64(len(batch)))
+		ok = w.handle(batch)
+		w.r.m.inFlight.Sub(float64(len(batch)))
+		w.busy.Store(false)
+		w.giveTurn()
+		if !ok {
+			return // abandoned: stopping
 		}
 	}
 }
@@ -306,6 +416,6 @@ func (w *worker) giveTurn() {
 
 // stuck reports a partition with work that made no progress for too long.
 func (w *worker) stuck(now time.Time, after time.Duration) bool {
-	pending := w.busy.Load() || len(w.in) > 0 || w.paused.Load()
+	pending := w.busy.Load() || len(w.in) > 0 || w.paused.Load() || w.waiting.Load() != nil
 	return pending && now.Sub(time.Unix(0, w.lastProgress.Load())) > after
 }

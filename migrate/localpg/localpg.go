@@ -241,3 +241,44 @@ func freePort() (int, error) {
 	defer l.Close()
 	return l.Addr().(*net.TCPAddr).Port, nil
 }
+
+// Standby makes a hot standby of s in dir with pg_basebackup -R (streaming
+// from s, read-only until promoted) and starts it on a free port.
+func (s *Server) Standby(ctx context.Context, dir string) (*Server, error) {
+	dir, err := filepath.Abs(dir)
+	if err != nil {
+		return nil, err
+	}
+	st := &Server{dir: dir, bin: s.bin, cred: s.cred}
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("localpg: %w", err)
+	}
+	if s.cred != nil {
+		if err := os.Chown(dir, int(s.cred.Uid), int(s.cred.Gid)); err != nil {
+			return nil, fmt.Errorf("localpg: %w", err)
+		}
+	}
+	if err := st.run(ctx, "pg_basebackup", "-h", "127.0.0.1", "-p", strconv.Itoa(s.port), "-U", "postgres",
+		"-D", dir, "-R", "-X", "stream", "-c", "fast"); err != nil {
+		return nil, err
+	}
+	return Start(ctx, dir, Options{})
+}
+
+// Promote turns a standby into a primary (pg_ctl promote) and waits until
+// it accepts writes.
+func (s *Server) Promote(ctx context.Context) error {
+	return s.run(ctx, "pg_ctl", "promote", "-w", "-t", "60", "-D", s.dir)
+}
+
+// Crash stops the server the way a power cut would (immediate mode: no
+// checkpoint, recovery from the WAL at the next start).
+func (s *Server) Crash(ctx context.Context) error {
+	return s.run(ctx, "pg_ctl", "stop", "-w", "-m", "immediate", "-D", s.dir)
+}
+
+// Restart starts a stopped server again on its port.
+func (s *Server) Restart(ctx context.Context) error {
+	_, err := Start(ctx, s.dir, Options{Port: s.port})
+	return err
+}

@@ -19,6 +19,7 @@ import (
 
 	"github.com/pin-platform/consumers/consumers/consumer"
 	"github.com/pin-platform/consumers/ent"
+	"github.com/pin-platform/consumers/migrate"
 )
 
 // Options tune Start. Zero values give a fast test configuration.
@@ -32,6 +33,11 @@ type Options struct {
 	Logger             *zerolog.Logger
 	MaxTransactions    int // CONSUMER_MAX_TRANSACTIONS; 0: no cap
 	SharedTransactions int // CONSUMER_SHARED_TRANSACTIONS; 0: the default (consumer.DefaultSharedTransactions), < 0: off
+	// SchemaVersion is the schema gate's migration; "": the newest
+	// embedded one (migrate.Latest), as the binaries run.
+	SchemaVersion string
+	// SchemaRecheck is CONSUMER_SCHEMA_RECHECK; 0: 100 ms.
+	SchemaRecheck time.Duration
 }
 
 // Running is a runtime running in the background of a test.
@@ -62,6 +68,16 @@ func Start(t testing.TB, brokers, dbURL string, build func(prometheus.Registerer
 	case o.SharedTransactions < 0:
 		o.SharedTransactions = 0
 	}
+	if o.SchemaVersion == "" {
+		v, err := migrate.Latest()
+		if err != nil {
+			t.Fatalf("consumertest: %v", err)
+		}
+		o.SchemaVersion = v
+	}
+	if o.SchemaRecheck == 0 {
+		o.SchemaRecheck = 100 * time.Millisecond
+	}
 	km := kafka.ConfigMap{
 		"session.timeout.ms":                 6000,
 		"heartbeat.interval.ms":              500,
@@ -82,6 +98,7 @@ func Start(t testing.TB, brokers, dbURL string, build func(prometheus.Registerer
 		DrainTimeout:       5 * time.Second,
 		StuckAfter:         time.Minute,
 		ParkedPoll:         time.Second,
+		SchemaRecheck:      o.SchemaRecheck,
 		DBMaxConns:         8,
 		MaxTransactions:    o.MaxTransactions,
 		SharedTransactions: o.SharedTransactions,
@@ -104,7 +121,8 @@ func Start(t testing.TB, brokers, dbURL string, build func(prometheus.Registerer
 	if o.Logger != nil {
 		log = *o.Logger
 	}
-	rt, err := consumer.New(cfg, svc, client, db, consumer.Options{Logger: log, Registry: reg, TracerProvider: o.TracerProvider})
+	rt, err := consumer.New(cfg, svc, client, db, consumer.Options{Logger: log, Registry: reg,
+		TracerProvider: o.TracerProvider, SchemaVersion: o.SchemaVersion})
 	if err != nil {
 		t.Fatalf("consumertest: %v", err)
 	}

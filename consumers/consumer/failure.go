@@ -1,0 +1,282 @@
+package consumer
+
+import (
+	"errors"
+	"time"
+
+	"github.com/cenkalti/backoff/v5"
+	"github.com/lib/pq"
+	"go.opentelemetry.io/otel/trace"
+)
+
+// Failure handling: the one table from a failure to what happens next
+// (DESIGN.md, "Failure classes"). A failure is the message's own (a spec
+// code, a value PostgreSQL refuses, a bug only this message triggers) or
+// the world's (the database read-only, a privilege or a column missing, a
+// connection lost): the first may end in the DLQ, the second never does —
+// the partition waits until the cause is gone.
+
+// unexpectedLimit is how many times a failure the runtime cannot classify
+// is retried (with the infrastructure backoff) before the runtime asks
+// whether it is the message's own (processOne).
+const unexpectedLimit = 5
+
+// probeLimit is how many of the messages behind an unexpectedly failing one
+// may be probed for evidence that the failure is its own.
+const probeLimit = 3
+
+// ProcessingFailed is the code of a message whose handling failed
+// unexpectedly unexpectedLimit times while other messages of its route
+// succeeded: a bug that only this message triggers, most likely. Replay it
+// from the DLQ after the fix.
+var ProcessingFailed = Code{Name: "EVENT_PROCESSING_FAILED", Class: Invalid}
+
+type action int
+
+const (
+	actRetry      action = iota + 1 // run again now
+	actWait                         // run again after the delay, the partition held
+	actPark                         // park for a retry-later
+	actDeadLetter                   // publish to the DLQ
+	actCheck                        // an unexpected failure repeated: the DLQ if it is the message's own, else wait
+)
+
+// verdict is what happens after a failed attempt.
+type verdict struct {
+	act   action
+	code  Code          // the failure's code: the DLQ's, the park's, the metrics'
+	delay time.Duration // before the next attempt
+	// cause is set when the failure is the world's: one of
+	// InfrastructureCauses. The partition is held until it is gone.
+	cause string
+}
+
+// tally is what one message's failures so far add up to.
+type tally struct {
+	races      int // immediate re-runs after a deadlock or serialization failure
+	retryNow   int // retry-now re-runs used
+	step       int // retry-later retries used (index into the code's schedule)
+	unexpected int // failures the runtime could not classify
+	infra      *backoff.ExponentialBackOff
+}
+
+func newTally() *tally { return &tally{infra: newInfraBackoff()} }
+
+// decide maps a failed attempt to what happens next. parking says whether
+// a retry-later may be parked (else it waits in line).
+func (r *Runtime) decide(err error, t *tally, parking bool) verdict {
+	if c := lostRace(err); c != "" && t.races < lostRaceRetries {
+		// A deadlock or serialization failure between concurrent
+		// transactions (batches of two partitions touching the same rows):
+		// the other transaction has gone on, so running again at once
+		// usually succeeds. Backing off a second would stall the partition.
+		t.races++
+		return verdict{act: actRetry, code: Code{Name: c, Class: Infrastructure}}
+	}
+	code, known := classify(err, r.svc.InvalidCode)
+	if known && code.Class != Infrastructure {
+		switch code.Class {
+		case RetryNow:
+			if t.retryNow < r.svc.retryNow() {
+				t.retryNow++
+				return verdict{act: actRetry, code: code}
+			}
+		case RetryLater:
+			if t.step < len(code.Backoff) {
+				d := r.cfg.scale(code.Backoff[t.step])
+				t.step++
+				if parking {
+					return verdict{act: actPark, code: code, delay: d}
+				}
+				return verdict{act: actWait, code: code, delay: d}
+			}
+		}
+		return verdict{act: actDeadLetter, code: code}
+	}
+	d := r.cfg.scale(t.infra.NextBackOff())
+	infra := Code{Name: code.Name, Class: Infrastructure}
+	if cause := infraCause(err); cause != "" {
+		return verdict{act: actWait, code: infra, delay: d, cause: cause}
+	}
+	if known { // a handler's own Infrastructure code: the world, by its word
+		return verdict{act: actWait, code: infra, delay: d, cause: "systemic"}
+	}
+	t.unexpected++
+	if t.unexpected >= unexpectedLimit {
+		return verdict{act: actCheck, code: ProcessingFailed, delay: d}
+	}
+	return verdict{act: actWait, code: infra, delay: d}
+}
+
+// lostRaceRetries is how many deadlocks or serialization failures in a
+// row are re-run at once before the infrastructure backoff applies.
+const lostRaceRetries = 3
+
+// lostRace returns the SQLSTATE of a deadlock (40P01) or serialization
+// failure (40001), or "".
+func lostRace(err error) string {
+	var pqErr *pq.Error
+	if errors.As(err, &pqErr) && (pqErr.Code == "40001" || pqErr.Code == "40P01") {
+		return string(pqErr.Code)
+	}
+	return ""
+}
+
+// processOne takes one message to a final state: committed, skipped,
+// dead-lettered or parked. It reports false when the worker is stopping and
+// the message was abandoned (it will be redelivered).
+//
+// firstErr, when set, is the failure of the message's first attempt, made
+// in a batch that was rolled back.
+func (w *worker) processOne(it *item, firstErr error) bool {
+	r := w.r
+	if it.decodeErr != nil {
+		return w.deadLetter(it, EnvelopeInvalid, it.decodeErr, 1)
+	}
+	if !it.routed {
+		r.m.unknownType.WithLabelValues(it.msg.EventType).Inc()
+		it.outcome = SkippedUnknownEventType
+		w.finish(it, nil)
+		w.ack(it.km.TopicPartition.Offset)
+		return true
+	}
+	if p := it.msg.Problem(); p != nil {
+		return w.deadLetter(it, r.svc.InvalidCode, r.svc.InvalidCode.Wrap(p), 1)
+	}
+	defer w.release() // the partition waits on nothing once the message is final (or abandoned)
+	t := newTally()
+	// Evidence that an unexpected failure is the message's own: another
+	// message of its route committed after its first unexpected failure
+	// and before an attempt that failed again (since: the route's commits
+	// at that first failure), or a message queued behind it succeeded as a
+	// probe before such an attempt. An attempt that fails after the world
+	// recovered is not evidence: it must fail again after the success.
+	var since uint64
+	evidence := false
+	for {
+		it.attempts++
+		if t.unexpected > 0 && r.committedOf(it.route) != since {
+			evidence = true
+		}
+		var out Outcome
+		err := firstErr
+		if firstErr != nil {
+			firstErr = nil
+		} else {
+			out, err = w.attempt(it)
+		}
+		if err == nil {
+			r.committed(it)
+			it.outcome = out
+			w.finish(it, nil)
+			w.ack(it.km.TopicPartition.Offset)
+			return true
+		}
+		if w.ctx.Err() != nil {
+			return false
+		}
+		before := t.unexpected
+		v := r.decide(err, t, !r.svc.Blocking)
+		if before == 0 && t.unexpected == 1 {
+			since = r.committedOf(it.route)
+		}
+		log := r.logFor(it)
+		switch v.act {
+		case actRetry:
+			r.m.retry(v.code.Class, v.code.Name)
+			log.Info().Str("code", v.code.Name).Err(err).Int("attempts", it.attempts).Msg("retry-now")
+			continue
+		case actPark:
+			return w.park(it, v.code, err, t.step, v.delay)
+		case actDeadLetter:
+			return w.deadLetter(it, v.code, err, it.attempts)
+		case actCheck:
+			if evidence {
+				log.Error().Err(err).Int("attempts", it.attempts).
+					Msg("the failure is the message's own (other messages of its event type succeed): dead-lettering it")
+				return w.deadLetter(it, v.code, err, it.attempts)
+			}
+			if w.probeUpcoming(it) {
+				evidence = true
+				log.Warn().Err(err).Int("attempts", it.attempts).Msg("a message behind it succeeds as a probe: one more attempt decides")
+				continue
+			}
+			// Every message of the route meets it, as far as can be told:
+			// the partition waits, as for an outage.
+			v.cause, v.code = "systemic", Code{Class: Infrastructure}
+		}
+		r.m.retry(v.code.Class, v.code.Name)
+		var ev = log.Info()
+		switch {
+		case v.cause == "systemic":
+			ev = log.Error().Str("cause", v.cause) // a bug every message meets, or an outage not known to the runtime
+		case v.cause != "":
+			ev = log.Warn().Str("cause", v.cause)
+		case v.code.Class == Infrastructure: // unexpected: may be a bug of this message
+			ev = log.Error()
+		}
+		if v.cause != "" {
+			r.m.infra(v.cause)
+			w.hold(v.cause, err)
+		}
+		ev.Str("code", v.code.Name).Err(err).Dur("retry_in", v.delay).Int("attempts", it.attempts).Msg("retry-" + v.code.Class.String())
+		if !w.sleep(v.delay) {
+			return false
+		}
+	}
+}
+
+// probeUpcoming probes the messages queued behind it on its partition, of
+// its route (up to probeLimit), and reports whether one succeeded: then
+// the failure of it may be its own, which its next attempt decides. A
+// bug that every message meets, or an outage the runtime does not know,
+// must not dead-letter the stream, so without such evidence it waits.
+func (w *worker) probeUpcoming(it *item) bool {
+	for _, p := range w.upcoming(it, probeLimit) {
+		if w.probe(p) {
+			return true
+		}
+	}
+	return false
+}
+
+// probe runs a message on the per-message path in a transaction that it
+// rolls back, and reports whether its handler succeeded. A message whose
+// mark exists (its handler does not run) or that ends with a code of its
+// own proves nothing.
+func (w *worker) probe(it *item) bool {
+	r := w.r
+	if !w.takeTurn(nil) {
+		return false
+	}
+	ctx := trace.ContextWithSpan(w.ctx, it.span)
+	tx, err := r.client.Tx(ctx)
+	if err != nil {
+		return false
+	}
+	defer func() { _ = tx.Rollback() }()
+	_, claimed, err := r.handleIn(ctx, tx, it)
+	r.logFor(it).Debug().Err(err).Bool("claimed", claimed).Msg("probe")
+	return err == nil && claimed
+}
+
+// committedOf is how many messages of route committed with their handler's
+// effect since the process started (duplicates and dead letters not
+// counted): the evidence processOne looks for.
+func (r *Runtime) committedOf(route Route) uint64 {
+	if c := r.commits[route.EventType]; c != nil {
+		return c.Load()
+	}
+	return 0
+}
+
+// committed counts a message whose handler ran in a transaction that
+// committed.
+func (r *Runtime) committed(it *item) {
+	if it.st == nil || !it.routed { // a duplicate: its handler did not run
+		return
+	}
+	if c := r.commits[it.route.EventType]; c != nil {
+		c.Add(1)
+	}
+}

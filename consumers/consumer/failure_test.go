@@ -1,0 +1,163 @@
+package consumer_test
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/pin-platform/consumers/consumers/consumer/consumertest"
+	"github.com/pin-platform/consumers/consumers/kafkatest"
+)
+
+// A failure is the message's own or the world's (failure.go): these tests
+// hold the runtime to both sides — a poison message among good ones still
+// reaches the DLQ in bounded time, and a failure that every message meets
+// pauses the partitions and dead-letters nothing.
+
+func TestAPoisonMessageAmongGoodOnesIsDeadLetteredOnceOthersSucceed(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	leadID := e.lead()
+	_, bug := envelope(leadID, "bug")
+	e.produce(0, bug) // alone on its partition: no message behind it to probe
+	run := consumertest.Start(t, e.cluster.Bootstrap, e.url, probeService(long...), consumertest.Options{})
+	kafkatest.Eventually(t, 30*time.Second, func() bool {
+		return run.Counter("pin_consumer_retries_total", map[string]string{"class": "infrastructure"}) >= 1
+	}, "the poison message's first failure")
+	// Good messages of the same event type on the other partitions: their
+	// commits are the evidence that the failure is the poison's own.
+	for i := 0; i < 4; i++ {
+		_, ok := envelope(leadID, "")
+		e.produce(int32(1+i%2), ok)
+	}
+	e.waitCommitted(5)
+	dlq := e.cluster.ReadAll(t, probeDLQ, 1, 10*time.Second)
+	if len(dlq) != 1 {
+		t.Fatalf("DLQ holds %d, want 1", len(dlq))
+	}
+	// It waited for evidence (no message behind it, none of its type
+	// committed yet) past its fifth attempt: every attempt is counted.
+	c, a := kafkatest.Header(dlq[0], "x-dlq-error-code"), kafkatest.Header(dlq[0], "x-attempts")
+	if n, err := strconv.Atoi(a); c != "EVENT_PROCESSING_FAILED" || err != nil || n < 5 {
+		t.Fatalf("code %q attempts %q, want EVENT_PROCESSING_FAILED after at least 5", c, a)
+	}
+	if got := e.events(leadID); got != 4 {
+		t.Fatalf("lead_events = %d, want 4", got)
+	}
+	// Until the others committed, nothing told its failure from one that
+	// every message meets: it waited as for one, its partition paused.
+	if n := run.Counter("pin_consumer_infrastructure_errors_total", map[string]string{"cause": "systemic"}); n == 0 {
+		t.Fatalf("no wait counted as systemic before the evidence came")
+	}
+	kafkatest.Eventually(t, 10*time.Second, func() bool { return run.Counter("pin_consumer_paused_partitions", nil) == 0 },
+		"the partition resumed once its message was dead-lettered")
+}
+
+// A failure that every message meets and that the runtime does not know (a
+// trigger raising an error on every insert, as a bug in a statement would)
+// holds every partition: no dead letter, each partition paused, /readyz 503
+// naming it; once it is gone, every message is applied exactly once.
+func TestAFailureThatHitsEveryMessagePausesAndDeadLettersNothing(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	if _, err := e.db.Exec(`CREATE FUNCTION boom() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN RAISE EXCEPTION 'boom'; END $$;
+		CREATE TRIGGER boom BEFORE INSERT ON lead_events FOR EACH ROW EXECUTE FUNCTION boom()`); err != nil {
+		t.Fatal(err)
+	}
+	leads := map[uuid.UUID]int{}
+	for p := int32(0); p < 3; p++ {
+		for i := 0; i < 3; i++ {
+			l := e.lead()
+			leads[l]++
+			_, v := envelope(l, "")
+			e.produce(p, v)
+		}
+	}
+	run := consumertest.Start(t, e.cluster.Bootstrap, e.url, probeService(long...), consumertest.Options{HTTP: true})
+	f := faultWatch{t: t, run: run}
+	f.held(3, "systemic")
+	if n := e.cluster.Count(t, probeDLQ); n != 0 {
+		t.Fatalf("DLQ holds %d while every message fails, want 0", n)
+	}
+	if _, err := e.db.Exec(`DROP TRIGGER boom ON lead_events`); err != nil {
+		t.Fatal(err)
+	}
+	e.waitCommitted(9)
+	f.recovered()
+	for l, n := range leads {
+		if got := e.events(l); got != n {
+			t.Fatalf("lead %s: %d lead_events, want %d", l, got, n)
+		}
+	}
+	if n := e.cluster.Count(t, probeDLQ); n != 0 {
+		t.Fatalf("DLQ holds %d, want 0", n)
+	}
+}
+
+// faultWatch checks what a consumer shows while it waits on a failure that
+// is not its messages' own, and once it is gone.
+type faultWatch struct {
+	t   *testing.T
+	run *consumertest.Running
+}
+
+// held waits until partitions partitions are paused, the cause has been
+// counted and /readyz answers 503 naming it.
+func (f faultWatch) held(partitions int, cause string) {
+	f.t.Helper()
+	kafkatest.Eventually(f.t, 60*time.Second, func() bool {
+		return f.run.Counter("pin_consumer_paused_partitions", nil) == float64(partitions) &&
+			f.run.Counter("pin_consumer_infrastructure_errors_total", map[string]string{"cause": cause}) > 0
+	}, "%d partitions paused on cause %s (paused %v, counted %v)", partitions, cause,
+		f.run.Counter("pin_consumer_paused_partitions", nil),
+		f.run.Counter("pin_consumer_infrastructure_errors_total", map[string]string{"cause": cause}))
+	code, body := f.get("/readyz")
+	if code != http.StatusServiceUnavailable || !strings.Contains(body, "cause "+cause) {
+		f.t.Fatalf("/readyz while held: %d %q, want 503 naming cause %s", code, body, cause)
+	}
+	if code, _ := f.get("/healthz"); code != http.StatusOK {
+		f.t.Fatalf("/healthz while held: %d, want 200 (the process is fine)", code)
+	}
+	f.running()
+}
+
+// recovered waits until nothing is paused and /readyz answers 200.
+func (f faultWatch) recovered() {
+	f.t.Helper()
+	kafkatest.Eventually(f.t, 60*time.Second, func() bool {
+		code, _ := f.get("/readyz")
+		return f.run.Counter("pin_consumer_paused_partitions", nil) == 0 && code == http.StatusOK
+	}, "partitions resumed and /readyz 200")
+	f.running()
+}
+
+// running fails the test if the runtime ended: a fault must never restart
+// the consumer.
+func (f faultWatch) running() {
+	f.t.Helper()
+	select {
+	case err := <-f.run.Done():
+		f.t.Fatalf("the runtime ended (%v): a fault restarted the consumer", err)
+	default:
+	}
+}
+
+func (f faultWatch) get(path string) (int, string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, fmt.Sprintf("http://%s%s", f.run.Runtime.HTTPAddr(), path), nil)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return 0, err.Error()
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
