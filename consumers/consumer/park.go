@@ -52,6 +52,9 @@ func (w *worker) park(it *item, code Code, cause error, step int, delay time.Dur
 		}
 		d := r.cfg.scale(infra.NextBackOff())
 		r.m.retry(Infrastructure, code.Name)
+		if cause := infraCause(err); cause != "" {
+			r.m.infra(cause)
+		}
 		r.logFor(it).Warn().Err(err).Dur("retry_in", d).Msg("park failed")
 		if !w.sleep(d) {
 			return false

@@ -569,6 +569,7 @@ func (w *worker) deadLetter(it *item, code Code, cause error, attempts int) bool
 		}
 		d := r.cfg.scale(infra.NextBackOff())
 		r.m.retry(Infrastructure, "DLQ_PUBLISH")
+		r.m.infra("kafka")
 		r.logFor(it).Warn().Err(err).Dur("retry_in", d).Msg("dlq publish failed")
 		if !w.sleep(d) {
 			return false
