@@ -173,6 +173,38 @@ func (s *server) dbURL(name string) string {
 	return u.String()
 }
 
+// userURL is the URL of database name for user (the test server trusts
+// local connections: no password).
+func (s *server) userURL(name, user string) string {
+	u := *s.base
+	u.Path = "/" + name
+	u.User = url.User(user)
+	return u.String()
+}
+
+// ServiceURL is dbURL (a database of the test server) for the login user
+// the service runs as (migrate.ServiceLogin, a member of its group role
+// with the role's settings), created the first time it is asked for.
+func ServiceURL(t testing.TB, dbURL, service string) string {
+	t.Helper()
+	s, err := shared()
+	if err != nil {
+		t.Fatalf("pgtest: %v", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	login := migrate.ServiceLogin(service)
+	if err := migrate.EnsureLogin(ctx, s.admin, login, "", migrate.ServiceRole(service)); err != nil {
+		t.Fatalf("pgtest: login for %s: %v", service, err)
+	}
+	u, err := url.Parse(dbURL)
+	if err != nil {
+		t.Fatalf("pgtest: %v", err)
+	}
+	u.User = url.User(login)
+	return u.String()
+}
+
 // template returns the name of the migrated template database, creating it
 // the first time (once per server and migration set).
 func (s *server) template() (string, error) {
@@ -221,10 +253,15 @@ func (s *server) template() (string, error) {
 	case !errors.Is(err, sql.ErrNoRows):
 		return "", err
 	}
-	if _, err := conn.ExecContext(ctx, "CREATE DATABASE "+pq.QuoteIdentifier(name)+" TEMPLATE template0"); err != nil {
+	// The migrations run as the schema's owner, as in production: a
+	// login with CREATEROLE, not a superuser.
+	if err := migrate.EnsureOwner(ctx, s.admin, ""); err != nil {
 		return "", err
 	}
-	if _, err := migrate.Apply(ctx, s.dbURL(name), dir); err != nil {
+	if _, err := conn.ExecContext(ctx, "CREATE DATABASE "+pq.QuoteIdentifier(name)+" TEMPLATE template0 OWNER "+pq.QuoteIdentifier(migrate.OwnerRole)); err != nil {
+		return "", err
+	}
+	if _, err := migrate.Apply(ctx, s.userURL(name, migrate.OwnerRole), dir); err != nil {
 		return "", fmt.Errorf("migrate %s: %w", name, err)
 	}
 	// Apply closed its connections; refuse new ones, then wait for the

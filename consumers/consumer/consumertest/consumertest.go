@@ -6,6 +6,7 @@ package consumertest
 import (
 	"context"
 	"os"
+	"slices"
 	"testing"
 	"time"
 
@@ -20,6 +21,7 @@ import (
 	"github.com/pin-platform/consumers/consumers/consumer"
 	"github.com/pin-platform/consumers/ent"
 	"github.com/pin-platform/consumers/migrate"
+	"github.com/pin-platform/consumers/migrate/pgtest"
 )
 
 // Options tune Start. Zero values give a fast test configuration.
@@ -36,6 +38,9 @@ type Options struct {
 	// SchemaVersion is the schema gate's migration; "": the newest
 	// embedded one (migrate.Latest), as the binaries run.
 	SchemaVersion string
+	// AsOwner runs a service that has a database role (migrate.Services)
+	// with dbURL's own user instead of the service's login.
+	AsOwner bool
 	// SchemaRecheck is CONSUMER_SCHEMA_RECHECK; 0: 100 ms.
 	SchemaRecheck time.Duration
 }
@@ -108,6 +113,9 @@ func Start(t testing.TB, brokers, dbURL string, build func(prometheus.Registerer
 	}
 	reg := prometheus.NewRegistry()
 	svc := build(reg)
+	if slices.Contains(migrate.Services, svc.Name) && !o.AsOwner {
+		dbURL = pgtest.ServiceURL(t, dbURL, svc.Name) // as in production: the service's own role
+	}
 	db, err := consumer.OpenDB(dbURL, consumer.DBOptions{StatementCache: consumer.DefaultStatementCache,
 		Metrics: prometheus.WrapRegistererWith(prometheus.Labels{"service": svc.Name}, reg)})
 	if err != nil {

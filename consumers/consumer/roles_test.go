@@ -1,0 +1,138 @@
+package consumer_test
+
+import (
+	"testing"
+
+	"github.com/google/uuid"
+
+	"github.com/pin-platform/consumers/consumers/consumer"
+	"github.com/pin-platform/consumers/consumers/consumer/consumertest"
+	"github.com/pin-platform/consumers/migrate"
+	"github.com/pin-platform/consumers/migrate/pgtest"
+)
+
+// Least privilege (migration 20261201120000_service_roles.sql): each
+// service's role reads and writes its own tables and its own rows of
+// processed_messages and parked_messages, runs no DDL and touches nothing of
+// another service; what it is refused is a failure of the world (SQLSTATE
+// class 42), which waits instead of dead-lettering.
+
+// serviceTables are the tables each service writes, and a statement that
+// writes one row of each.
+var serviceTables = map[string][]string{
+	"messenger": {
+		`INSERT INTO chat_events (chat_id, type, user_id, role, occurred_at, source_message_id) VALUES (gen_random_uuid(), 'ParticipantJoined', gen_random_uuid(), 'CoAgent', now(), gen_random_uuid())`,
+		`INSERT INTO chat_updates (chat_id, recipient_user_ids, revoked_user_ids) VALUES (gen_random_uuid(), '{}', '{}')`,
+	},
+	"rewards": {
+		`INSERT INTO referral_bond_replicas (bond_id, referred_user_id, referrer_user_id, status, bound_at, replica_version, synced_at) VALUES (gen_random_uuid(), gen_random_uuid(), gen_random_uuid(), 'Active', now(), 1, now())`,
+	},
+	"crm": {
+		`INSERT INTO leads (id, tenant_id, executor_agent_user_id, primary_investor_user_id, status) VALUES (gen_random_uuid(), gen_random_uuid(), gen_random_uuid(), gen_random_uuid(), 'Active')`,
+	},
+}
+
+// ownWrites write a row of a table of each service ($1: a chat, or a lead,
+// that exists).
+var ownWrites = map[string]string{
+	"messenger": `INSERT INTO chat_events (chat_id, type, user_id, role, occurred_at, source_message_id) VALUES ($1, 'ParticipantJoined', gen_random_uuid(), 'CoAgent', now(), gen_random_uuid())`,
+	"rewards":   `INSERT INTO referral_bond_replicas (bond_id, referred_user_id, referrer_user_id, status, bound_at, replica_version, synced_at) VALUES ($1, gen_random_uuid(), gen_random_uuid(), 'Active', now(), 1, now())`,
+	"crm":       `INSERT INTO lead_events (lead_id, tenant_id, type, occurred_at, payload) SELECT id, tenant_id, 'SelectionAttached', now(), '{}' FROM leads WHERE id = $1`,
+}
+
+// topics are the services' source topics: their rows of the shared tables.
+var topics = map[string]string{
+	"messenger": "pin.crm.lead-participants-changed.v1",
+	"rewards":   "pin.referral.bonds.v1",
+	"crm":       "pin.selections.selection-shared.v1",
+}
+
+func TestEachServiceRoleWritesItsOwnAndNothingElse(t *testing.T) {
+	t.Parallel()
+	dbURL := pgtest.NewDB(t)
+	admin := openDB(t, dbURL)
+	for _, topic := range topics {
+		if _, err := admin.Exec(`INSERT INTO processed_messages (idempotency_key, consumer_group, topic, "partition", "offset", outcome)
+			VALUES ($1, 'g', $2, 0, 0, 'applied')`, "other:"+topic, topic); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The chat and the lead other components provision.
+	parent := uuid.New()
+	if _, err := admin.Exec(`INSERT INTO chats (id, kind, lead_id) VALUES ($1, 'Lead', gen_random_uuid())`, parent); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := admin.Exec(`INSERT INTO leads (id, tenant_id, executor_agent_user_id, primary_investor_user_id, status) VALUES ($1, gen_random_uuid(), gen_random_uuid(), gen_random_uuid(), 'Active')`, parent); err != nil {
+		t.Fatal(err)
+	}
+	for _, svc := range migrate.Services {
+		t.Run(svc, func(t *testing.T) {
+			db := openDB(t, pgtest.ServiceURL(t, dbURL, svc))
+			mark := func(topic string) error {
+				_, err := db.Exec(`INSERT INTO processed_messages (idempotency_key, consumer_group, topic, "partition", "offset", outcome) VALUES ($1, 'g', $2, 0, 0, 'applied')`,
+					svc+":"+uuid.NewString(), topic)
+				return err
+			}
+			refused := func(what string, err error) {
+				t.Helper()
+				if err == nil {
+					t.Fatalf("%s: allowed, want refused", what)
+				}
+				if cause := consumer.InfraCause(err); cause != "42" {
+					t.Fatalf("%s: %v is cause %q, want 42 (the world's failure: the partition waits, nothing is dead-lettered)", what, err, cause)
+				}
+			}
+			// Its own: tables, marks.
+			if _, err := db.Exec(ownWrites[svc], parent); err != nil {
+				t.Fatalf("its own table: %v", err)
+			}
+			if err := mark(topics[svc]); err != nil {
+				t.Fatalf("its own mark: %v", err)
+			}
+			var seen int
+			if err := db.QueryRow(`SELECT count(*) FROM processed_messages WHERE topic <> $1`, topics[svc]).Scan(&seen); err != nil || seen != 0 {
+				t.Fatalf("other services' marks visible: %d (%v), want 0", seen, err)
+			}
+			// Another service's tables and marks.
+			for other, qs := range serviceTables {
+				if other == svc {
+					continue
+				}
+				for _, q := range qs {
+					_, err := db.Exec(q)
+					refused(other+"'s table", err)
+				}
+				refused(other+"'s marks", mark(topics[other]))
+				_, err := db.Exec(`UPDATE parked_messages SET attempts = attempts WHERE topic = $1`, topics[other])
+				if err != nil {
+					t.Fatalf("an update of other rows should match none, not fail: %v", err)
+				}
+			}
+			// No DDL.
+			_, err := db.Exec(`CREATE TABLE intruder (id int)`)
+			refused("CREATE TABLE", err)
+			_, err = db.Exec(`ALTER TABLE processed_messages ADD COLUMN intruder int`)
+			refused("ALTER TABLE", err)
+			_, err = db.Exec(`DROP TABLE parked_messages`)
+			refused("DROP TABLE", err)
+			// The role's session defaults reach its login.
+			for setting, want := range map[string]string{"statement_timeout": "30s", "lock_timeout": "10s", "idle_in_transaction_session_timeout": "1min"} {
+				var got string
+				if err := db.QueryRow("SHOW " + setting).Scan(&got); err != nil || got != want {
+					t.Fatalf("%s = %q (%v), want %q", setting, got, err, want)
+				}
+			}
+		})
+	}
+}
+
+// A consumer deployed with another service's credentials: every write is
+// refused (42501, a row-level policy), the partitions wait, nothing is
+// dead-lettered.
+func TestAConsumerRunningAsAnotherServicesRoleDeadLettersNothing(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.wave(2)
+	run := consumertest.Start(t, e.cluster.Bootstrap, pgtest.ServiceURL(t, e.url, "rewards"), probeService(long...), consumertest.Options{HTTP: true})
+	e.heldWithoutDeadLetters(faultWatch{t: t, run: run}, "42")
+}
