@@ -22,9 +22,10 @@ import (
 // revisions say were applied, a partially applied file's applied
 // statements) replayed on an empty dev database; both databases are
 // inspected in the schemas the migrations manage (those the replay leaves:
-// public today), without the revision table, and diffed by Atlas. What the
-// open-source Atlas library does not inspect (grants, row-level-security
-// policies, functions, triggers) is not compared.
+// public today), without the revision table, and diffed by Atlas: tables
+// (columns, indexes, primary and foreign keys, checks) and enum types. What
+// the open-source Atlas library does not inspect (views, functions,
+// triggers, grants, row-level-security policies) is not compared.
 type Drift struct {
 	// Replayed names the files replayed on the dev database, in order.
 	Replayed []string

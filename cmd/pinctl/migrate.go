@@ -87,9 +87,10 @@ func migrateStatus(ctx context.Context, args []string) error {
 			"schema into the live one. The applied files are replayed on an empty dev\n"+
 			"database: --dev-url, or a throwaway local PostgreSQL (none is needed when no\n"+
 			"file was applied); use a dev server of the live one's major version. Compared:\n"+
-			"the schemas the migrations create (public), without the revision table; not\n"+
-			"compared: what the Atlas library does not inspect (grants, policies, functions,\n"+
-			"triggers). Changes nothing on --url. Exit 0 when the database could be read,\n"+
+			"the tables (columns, indexes, keys, checks) and enums of the schemas the\n"+
+			"migrations create (public), without the revision table; not compared: what the\n"+
+			"open-source Atlas library does not inspect (views, functions, triggers, grants,\n"+
+			"policies). Changes nothing on --url. Exit 0 when the database could be read,\n"+
 			"drift or not (1 on drift with --exit-code); 1 with one line on stderr when it\n"+
 			"cannot be reached or the drift check fails.")
 	url := fs.String("url", "", "database URL (required)")
