@@ -237,7 +237,7 @@ func writeDrift(w io.Writer, d *Drift) {
 		return
 	}
 	if d.Ahead != "" {
-		fmt.Fprintf(w, "note: the database is at version %s, newer than this directory's newest file: the difference below may be migrations this directory lacks\n", d.Ahead)
+		fmt.Fprintf(w, "note: the database is at version %s, newer than this directory's newest file: a difference may come from the migrations this directory lacks\n", d.Ahead)
 	}
 	if !d.Drifted() {
 		fmt.Fprintf(w, "no drift: the live schema (%s) is what the applied migrations produce\n", strings.Join(d.Schemas, ", "))

@@ -130,4 +130,16 @@ func TestDrift(t *testing.T) {
 			t.Fatalf("drift %q, want the stray table", st.Drift.Statements)
 		}
 	})
+
+	t.Run("a database migrated by a newer directory says so", func(t *testing.T) {
+		path := sampleDir(t, map[string]string{"20990101000000_newer.sql": "CREATE TABLE \"newer\" (\"id\" bigint NOT NULL, PRIMARY KEY (\"id\"));\n"})
+		url := pgtest.NewEmptyDB(t)
+		if _, err := migrate.Apply(ctx, url, openDir(t, path)); err != nil {
+			t.Fatal(err)
+		}
+		st, out := statusWithDrift(t, url, dev, "")
+		if st.Drift.Ahead != "20990101000000" || !strings.Contains(out, "newer than this directory's newest file") || !strings.Contains(out, `CREATE TABLE "newer"`) {
+			t.Fatalf("ahead %q, drift %q: want the newer version named and its table reported", st.Drift.Ahead, st.Drift.Statements)
+		}
+	})
 }
