@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"slices"
 	"strings"
 	"time"
 
@@ -132,18 +131,17 @@ func CheckDrift(ctx context.Context, url, devURL string, dir atlasmigrate.Dir, s
 			return nil, err
 		}
 	}
-	rev := newRevisions(live, live.DB)
-	want.Schemas = slices.DeleteFunc(want.Schemas, func(s *schema.Schema) bool { return s.Name == rev.schema })
 	for _, s := range want.Schemas {
 		d.Schemas = append(d.Schemas, s.Name)
-		// A schema-bound URL keeps the revision table among the tables.
-		s.Tables = slices.DeleteFunc(s.Tables, func(t *schema.Table) bool { return s.Name == rev.schema && t.Name == RevisionTable })
 	}
 	if len(d.Schemas) == 0 {
 		return d, nil
 	}
 
-	// The live schema, in the same schemas.
+	// The live schema, in the same schemas: not the revision table's own
+	// schema (atlas_schema_revisions), and without the revision table when
+	// a schema-bound URL keeps it among the managed tables.
+	rev := newRevisions(live, live.DB)
 	got, err := live.InspectRealm(ctx, &schema.InspectRealmOption{
 		Schemas: d.Schemas,
 		Exclude: []string{rev.schema + "." + RevisionTable},

@@ -142,4 +142,19 @@ func TestDrift(t *testing.T) {
 			t.Fatalf("ahead %q, drift %q: want the newer version named and its table reported", st.Drift.Ahead, st.Drift.Statements)
 		}
 	})
+
+	t.Run("a schema-bound URL's revision table is not drift", func(t *testing.T) {
+		url := pgtest.NewEmptyDB(t) + "&search_path=public"
+		if _, err := migrate.Apply(ctx, url, embedded(t)); err != nil {
+			t.Fatal(err)
+		}
+		var n int
+		if err := openDB(t, url).QueryRow(`SELECT count(*) FROM pg_tables WHERE schemaname = 'public' AND tablename = 'atlas_schema_revisions'`).Scan(&n); err != nil || n != 1 {
+			t.Fatalf("revision table in public: %d, %v", n, err)
+		}
+		st, _ := statusWithDrift(t, url, dev, "")
+		if st.Drift.Drifted() {
+			t.Fatalf("drift %q: the revision table was compared", st.Drift.Statements)
+		}
+	})
 }
