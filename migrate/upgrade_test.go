@@ -41,7 +41,9 @@ import (
 // into each old database, column by column where the column exists there
 // (the others are left to the migrations: their defaults, their
 // backfills). Nothing here names a table, a column or a migration: a new
-// migration is covered as soon as it is in the directory.
+// migration is covered as soon as it is in the directory. The one limit: a
+// row an old schema refuses (a value only a later migration allows, once
+// the scenario uses it) fails the copy into that version, naming its table.
 //
 // After the upgrade the whole scenario is produced again on a fresh
 // broker: what the first half processed is skipped as duplicates by its
