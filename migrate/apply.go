@@ -25,6 +25,8 @@ type options struct {
 	log         io.Writer
 	baseline    string
 	lockTimeout time.Duration
+	drift       bool   // Status: check drift (WithDriftCheck)
+	driftDev    string // its dev database
 }
 
 func newOptions(opts []Option) *options {

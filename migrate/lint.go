@@ -8,7 +8,6 @@ import (
 	"regexp"
 	"slices"
 	"strings"
-	"time"
 
 	atlasmigrate "ariga.io/atlas/sql/migrate"
 	"ariga.io/atlas/sql/postgres"
@@ -184,38 +183,18 @@ type loader struct {
 	dev *sqlclient.Client
 }
 
-func (l *loader) load(ctx context.Context, base, files []atlasmigrate.File) (_ []*sqlcheck.File, err error) {
-	unlock, err := l.dev.Lock(ctx, "atlas_lint", 30*time.Second) // the CLI's lock name
-	if err != nil {
-		return nil, fmt.Errorf("dev database: take the lint lock: %w", err)
-	}
-	defer func() {
-		if uerr := unlock(); uerr != nil {
-			err = errors.Join(err, fmt.Errorf("dev database: release the lint lock: %w", uerr))
-		}
-	}()
-	restore, err := l.dev.Snapshot(ctx)
-	var nc *atlasmigrate.NotCleanError
-	if errors.As(err, &nc) {
-		return nil, fmt.Errorf("dev database %s is not empty (%s): lint replays migrations on an empty database", Redact(l.dev.URL.String()), nc.Reason)
-	}
-	if err != nil {
-		return nil, fmt.Errorf("dev database: snapshot: %w", err)
-	}
-	defer func() {
-		if rerr := restore(ctx); rerr != nil {
-			err = errors.Join(err, fmt.Errorf("dev database: restore to empty: %w", rerr))
-		}
-	}()
+func (l *loader) load(ctx context.Context, base, files []atlasmigrate.File) (out []*sqlcheck.File, err error) {
+	err = onEmptyDev(ctx, l.dev, func() error {
+		out, err = l.loadOnEmpty(ctx, base, files)
+		return err
+	})
+	return out, err
+}
+
+func (l *loader) loadOnEmpty(ctx context.Context, base, files []atlasmigrate.File) ([]*sqlcheck.File, error) {
 	for _, f := range base {
-		stmts, err := atlasmigrate.FileStmtDecls(l.dev.Driver, f)
-		if err != nil {
-			return nil, fmt.Errorf("migration %s: %w", f.Name(), err)
-		}
-		for _, s := range stmts {
-			if _, err := l.dev.ExecContext(ctx, s.Text); err != nil {
-				return nil, fmt.Errorf("replay %s on the dev database: line %d: %v", f.Name(), lineOf(f, s.Pos), oneLine(err))
-			}
+		if err := replay(ctx, l.dev, f, -1); err != nil {
+			return nil, err
 		}
 	}
 	current, err := l.inspect(ctx)

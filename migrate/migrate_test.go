@@ -119,3 +119,31 @@ func firstSQLFile(t *testing.T, path string) string {
 }
 
 var ctx = context.Background()
+
+// prefixDir is a directory of the first n committed migration files, with
+// a matching atlas.sum: the migrations as they were when file n was the
+// newest. Its files' hashes are the committed directory's (atlas.sum chains
+// each file's hash over the files before it), so a database migrated with
+// it can then be migrated with the whole directory.
+func prefixDir(t *testing.T, n int) atlasmigrate.Dir {
+	t.Helper()
+	files, err := embedded(t).Files()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n > len(files) {
+		t.Fatalf("prefixDir(%d): only %d migration files", n, len(files))
+	}
+	path := t.TempDir()
+	dir, err := atlasmigrate.NewLocalDir(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range files[:n] {
+		if err := dir.WriteFile(f.Name(), f.Bytes()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rehash(t, path)
+	return openDir(t, path)
+}

@@ -72,12 +72,14 @@ func (p *PlanReport) Write(w io.Writer) {
 	}
 }
 
-// WriteStatus prints a State for people: current revision, pending files.
+// WriteStatus prints a State for people: current revision, pending files,
+// and drift when it was checked.
 func WriteStatus(w io.Writer, st *State) {
 	writeState(w, st)
 	for _, f := range st.Pending {
 		fmt.Fprintf(w, "  pending: %s\n", f.Name())
 	}
+	writeDrift(w, st.Drift)
 }
 
 func writeState(w io.Writer, st *State) {
