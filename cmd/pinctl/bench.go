@@ -164,6 +164,7 @@ type bench struct {
 	db         *sql.DB
 	brokers    string
 	childEnv   []string
+	dbURL      string // the consumers' database, as the superuser: each runs as its login
 	knobs      map[string]string
 	overrides  kafka.ConfigMap // KAFKA_* of the consumer, for the broker-only loop
 }
@@ -238,13 +239,18 @@ func (b *bench) run(ctx context.Context, topics []demo.Topic) error {
 	if err != nil {
 		return err
 	}
+	// As in production: migrated by the schema's owner, each consumer as
+	// its service's login (row-level security included).
 	for _, name := range []string{benchDB, benchSQLDB} {
-		if err := ensureDatabase(ctx, b.srv.URL("postgres"), name); err != nil {
+		if err := setUpRoles(ctx, b.srv.URL("postgres"), name); err != nil {
 			return err
 		}
-		if _, err := migrate.Apply(ctx, b.srv.URL(name), dir); err != nil {
+		if _, err := migrate.Apply(ctx, withUser(b.srv.URL(name), migrate.OwnerRole), dir); err != nil {
 			return err
 		}
+	}
+	if err := ensureLogins(ctx, b.srv.URL(benchDB)); err != nil {
+		return err
 	}
 	if b.db, err = sql.Open("postgres", b.srv.URL(benchDB)); err != nil {
 		return err
@@ -336,7 +342,8 @@ func (b *bench) consumerEnv() {
 		dbURL += "&" + b.dbParams
 		b.knobs["DATABASE_URL params"] = b.dbParams
 	}
-	b.childEnv = append(env, "KAFKA_BOOTSTRAP_SERVERS="+b.brokers, "DATABASE_URL="+dbURL)
+	b.childEnv = append(env, "KAFKA_BOOTSTRAP_SERVERS="+b.brokers)
+	b.dbURL = dbURL
 }
 
 func fmtKnobs(m map[string]string) string {
@@ -610,7 +617,7 @@ func (b *bench) startConsumer(service, logPath string) (*proc, time.Time, error)
 	}
 	addr := freeAddr(defaultPorts[service])
 	cmd := exec.Command(filepath.Join(b.bin, service+"-consumers"))
-	cmd.Env = append(slices.Clone(b.childEnv), "HTTP_ADDR="+addr)
+	cmd.Env = append(slices.Clone(b.childEnv), "HTTP_ADDR="+addr, "DATABASE_URL="+withUser(b.dbURL, migrate.ServiceLogin(service)))
 	cmd.Stdout, cmd.Stderr = logf, logf
 	t0 := time.Now()
 	if err := cmd.Start(); err != nil {

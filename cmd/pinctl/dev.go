@@ -10,6 +10,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -21,7 +22,7 @@ import (
 	"time"
 
 	"github.com/confluentinc/confluent-kafka-go/v2/kafka"
-	_ "github.com/lib/pq"
+	"github.com/lib/pq"
 
 	"github.com/pin-platform/consumers/consumers/demo"
 	"github.com/pin-platform/consumers/migrate"
@@ -74,9 +75,12 @@ type dev struct {
 	out     io.Writer
 	tty     bool
 	mu      sync.Mutex // serialises output lines
-	dbURL   string
+	dbURL   string     // the superuser's, on the local server: the scenario plays other components
 	brokers string
 	db      *sql.DB
+
+	migrateURL  string                      // the migrations' (the schema owner's)
+	serviceUser func(service string) string // the login each consumer runs as; nil: dbURL's
 }
 
 func (d *dev) say(format string, args ...any) {
@@ -91,9 +95,12 @@ func (d *dev) run(ctx context.Context) error {
 		return err
 	}
 
-	// PostgreSQL.
+	// PostgreSQL. On the local server the migrations run as the schema's
+	// owner and each consumer as its service's login (README, "Database
+	// roles"); a $DATABASE_URL serves everything as it is.
+	d.migrateURL = d.dbURL
 	if u := os.Getenv("DATABASE_URL"); u != "" {
-		d.dbURL = u
+		d.dbURL, d.migrateURL = u, u
 		d.say("▸ PostgreSQL: $DATABASE_URL (%s)", migrate.Redact(u))
 	} else {
 		dir := filepath.Join(d.opts.dataDir, "postgres")
@@ -107,10 +114,12 @@ func (d *dev) run(ctx context.Context) error {
 				d.say("! stopping PostgreSQL: %v", err)
 			}
 		}()
-		if err := ensureDatabase(ctx, srv.URL("postgres"), "pin"); err != nil {
+		if err := setUpRoles(ctx, srv.URL("postgres"), "pin"); err != nil {
 			return err
 		}
 		d.dbURL = srv.URL("pin")
+		d.migrateURL = withUser(d.dbURL, migrate.OwnerRole)
+		d.serviceUser = migrate.ServiceLogin
 	}
 	d.db, err = sql.Open("postgres", d.dbURL)
 	if err != nil {
@@ -122,7 +131,7 @@ func (d *dev) run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	applied, err := migrate.Apply(ctx, d.dbURL, dir)
+	applied, err := migrate.Apply(ctx, d.migrateURL, dir)
 	if err != nil {
 		return err
 	}
@@ -130,6 +139,11 @@ func (d *dev) run(ctx context.Context) error {
 		d.say("▸ migrations: up to date")
 	} else {
 		d.say("▸ migrations: %d applied (%s)", len(applied), strings.Join(applied, ", "))
+	}
+	if d.serviceUser != nil {
+		if err := ensureLogins(ctx, d.dbURL); err != nil {
+			return err
+		}
 	}
 
 	// Kafka.
@@ -227,22 +241,87 @@ func binDir() (string, error) {
 	return dir, nil
 }
 
-func ensureDatabase(ctx context.Context, adminURL, name string) error {
+// setUpRoles makes the local server's database name owned by the schema
+// owner role (created when missing), migrating what an earlier version of
+// the environment created as the superuser.
+func setUpRoles(ctx context.Context, adminURL, name string) error {
 	db, err := sql.Open("postgres", adminURL)
 	if err != nil {
 		return err
 	}
 	defer db.Close()
+	if err := migrate.EnsureOwner(ctx, db, ""); err != nil {
+		return err
+	}
+	owner := pq.QuoteIdentifier(migrate.OwnerRole)
 	var exists bool
 	if err := db.QueryRowContext(ctx, `SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = $1)`, name).Scan(&exists); err != nil {
 		return err
 	}
 	if !exists {
-		if _, err := db.ExecContext(ctx, `CREATE DATABASE "`+name+`"`); err != nil {
+		_, err := db.ExecContext(ctx, `CREATE DATABASE `+pq.QuoteIdentifier(name)+` OWNER `+owner)
+		return err
+	}
+	if _, err := db.ExecContext(ctx, `ALTER DATABASE `+pq.QuoteIdentifier(name)+` OWNER TO `+owner); err != nil {
+		return err
+	}
+	// Tables, sequences and the revision schema an earlier environment
+	// created as the superuser.
+	pdb, err := sql.Open("postgres", withDB(adminURL, name))
+	if err != nil {
+		return err
+	}
+	defer pdb.Close()
+	_, err = pdb.ExecContext(ctx, `DO $$
+DECLARE o record;
+BEGIN
+  FOR o IN SELECT c.oid::regclass AS rel FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+    WHERE n.nspname IN ('public', 'atlas_schema_revisions') AND c.relkind IN ('r', 'S', 'p')
+      AND pg_get_userbyid(c.relowner) <> '`+migrate.OwnerRole+`' LOOP
+    EXECUTE format('ALTER TABLE %s OWNER TO `+migrate.OwnerRole+`', o.rel);
+  END LOOP;
+  IF EXISTS (SELECT FROM pg_namespace WHERE nspname = 'atlas_schema_revisions') THEN
+    ALTER SCHEMA atlas_schema_revisions OWNER TO `+migrate.OwnerRole+`;
+  END IF;
+END $$`)
+	return err
+}
+
+// ensureLogins creates each service's login (migrate.ServiceLogin) on the
+// server of adminURL, a superuser's.
+func ensureLogins(ctx context.Context, adminURL string) error {
+	admin, err := sql.Open("postgres", adminURL)
+	if err != nil {
+		return err
+	}
+	defer admin.Close()
+	for _, svc := range migrate.Services {
+		if err := migrate.EnsureLogin(ctx, admin, migrate.ServiceLogin(svc), "", migrate.ServiceRole(svc)); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// withUser is url u with user user (the local server trusts local
+// connections: no password).
+func withUser(u, user string) string {
+	p, err := url.Parse(u)
+	if err != nil {
+		return u
+	}
+	p.User = url.User(user)
+	return p.String()
+}
+
+// withDB is url u for database name.
+func withDB(u, name string) string {
+	p, err := url.Parse(u)
+	if err != nil {
+		return u
+	}
+	p.Path = "/" + name
+	return p.String()
 }
 
 func stopLocalDB(dir string) error {
@@ -274,7 +353,7 @@ func (d *dev) startConsumers(ctx context.Context, bin string) ([]*proc, error) {
 		cmd := exec.Command(filepath.Join(bin, t.Service+"-consumers"))
 		cmd.Env = append(os.Environ(),
 			"KAFKA_BOOTSTRAP_SERVERS="+d.brokers,
-			"DATABASE_URL="+d.dbURL,
+			"DATABASE_URL="+d.consumerURL(t.Service),
 			"HTTP_ADDR="+addr,
 			"LOG_LEVEL=info",
 			"RETRY_TIME_SCALE="+d.opts.scale,
@@ -690,7 +769,7 @@ func (d *dev) summary(procs []*proc) {
 	for _, p := range procs {
 		fmt.Fprintf(w, "  %s\thttp://%s/metrics  /healthz  /readyz\n", p.service, p.addr)
 	}
-	fmt.Fprintf(w, "  database\tpsql '%s'\n", d.dbURL)
+	fmt.Fprintf(w, "  database\tpsql '%s'\n", migrate.Redact(d.dbURL))
 	fmt.Fprintf(w, "  DLQ\tKAFKA_BOOTSTRAP_SERVERS=%s bin/pinctl dlq list --topic %s (while this runs)\n", d.brokers, demo.CRMDLQ)
 	w.Flush()
 }
@@ -814,4 +893,12 @@ func (p *progress) done() {
 func isTTY(f *os.File) bool {
 	st, err := f.Stat()
 	return err == nil && st.Mode()&os.ModeCharDevice != 0
+}
+
+// consumerURL is the DATABASE_URL a service's consumer runs with.
+func (d *dev) consumerURL(service string) string {
+	if d.serviceUser == nil {
+		return d.dbURL
+	}
+	return withUser(d.dbURL, d.serviceUser(service))
 }
