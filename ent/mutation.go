@@ -4811,34 +4811,36 @@ func (m *LeadEventMutation) ResetEdge(name string) error {
 // ParkedMessageMutation represents an operation that mutates the ParkedMessage nodes in the graph.
 type ParkedMessageMutation struct {
 	config
-	op               Op
-	typ              string
-	id               *uuid.UUID
-	consumer_group   *string
-	topic            *string
-	partition        *int32
-	addpartition     *int32
-	_offset          *int64
-	add_offset       *int64
-	key              *[]byte
-	value            *[]byte
-	headers          *[]schema.Header
-	appendheaders    []schema.Header
-	message_id       *uuid.UUID
-	event_type       *string
-	error_code       *string
-	reason           *string
-	attempts         *int
-	addattempts      *int
-	schedule_step    *int
-	addschedule_step *int
-	next_attempt_at  *time.Time
-	created_at       *time.Time
-	updated_at       *time.Time
-	clearedFields    map[string]struct{}
-	done             bool
-	oldValue         func(context.Context) (*ParkedMessage, error)
-	predicates       []predicate.ParkedMessage
+	op                     Op
+	typ                    string
+	id                     *uuid.UUID
+	consumer_group         *string
+	topic                  *string
+	partition              *int32
+	addpartition           *int32
+	_offset                *int64
+	add_offset             *int64
+	key                    *[]byte
+	value                  *[]byte
+	headers                *[]schema.Header
+	appendheaders          []schema.Header
+	message_id             *uuid.UUID
+	event_type             *string
+	error_code             *string
+	reason                 *string
+	attempts               *int
+	addattempts            *int
+	schedule_step          *int
+	addschedule_step       *int
+	unexpected_failures    *int
+	addunexpected_failures *int
+	next_attempt_at        *time.Time
+	created_at             *time.Time
+	updated_at             *time.Time
+	clearedFields          map[string]struct{}
+	done                   bool
+	oldValue               func(context.Context) (*ParkedMessage, error)
+	predicates             []predicate.ParkedMessage
 }
 
 var _ ent.Mutation = (*ParkedMessageMutation)(nil)
@@ -5548,6 +5550,62 @@ func (m *ParkedMessageMutation) ResetScheduleStep() {
 	m.addschedule_step = nil
 }
 
+// SetUnexpectedFailures sets the "unexpected_failures" field.
+func (m *ParkedMessageMutation) SetUnexpectedFailures(i int) {
+	m.unexpected_failures = &i
+	m.addunexpected_failures = nil
+}
+
+// UnexpectedFailures returns the value of the "unexpected_failures" field in the mutation.
+func (m *ParkedMessageMutation) UnexpectedFailures() (r int, exists bool) {
+	v := m.unexpected_failures
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldUnexpectedFailures returns the old "unexpected_failures" field's value of the ParkedMessage entity.
+// If the ParkedMessage object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *ParkedMessageMutation) OldUnexpectedFailures(ctx context.Context) (v int, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldUnexpectedFailures is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldUnexpectedFailures requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldUnexpectedFailures: %w", err)
+	}
+	return oldValue.UnexpectedFailures, nil
+}
+
+// AddUnexpectedFailures adds i to the "unexpected_failures" field.
+func (m *ParkedMessageMutation) AddUnexpectedFailures(i int) {
+	if m.addunexpected_failures != nil {
+		*m.addunexpected_failures += i
+	} else {
+		m.addunexpected_failures = &i
+	}
+}
+
+// AddedUnexpectedFailures returns the value that was added to the "unexpected_failures" field in this mutation.
+func (m *ParkedMessageMutation) AddedUnexpectedFailures() (r int, exists bool) {
+	v := m.addunexpected_failures
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// ResetUnexpectedFailures resets all changes to the "unexpected_failures" field.
+func (m *ParkedMessageMutation) ResetUnexpectedFailures() {
+	m.unexpected_failures = nil
+	m.addunexpected_failures = nil
+}
+
 // SetNextAttemptAt sets the "next_attempt_at" field.
 func (m *ParkedMessageMutation) SetNextAttemptAt(t time.Time) {
 	m.next_attempt_at = &t
@@ -5690,7 +5748,7 @@ func (m *ParkedMessageMutation) Type() string {
 // order to get all numeric fields that were incremented/decremented, call
 // AddedFields().
 func (m *ParkedMessageMutation) Fields() []string {
-	fields := make([]string, 0, 16)
+	fields := make([]string, 0, 17)
 	if m.consumer_group != nil {
 		fields = append(fields, parkedmessage.FieldConsumerGroup)
 	}
@@ -5729,6 +5787,9 @@ func (m *ParkedMessageMutation) Fields() []string {
 	}
 	if m.schedule_step != nil {
 		fields = append(fields, parkedmessage.FieldScheduleStep)
+	}
+	if m.unexpected_failures != nil {
+		fields = append(fields, parkedmessage.FieldUnexpectedFailures)
 	}
 	if m.next_attempt_at != nil {
 		fields = append(fields, parkedmessage.FieldNextAttemptAt)
@@ -5773,6 +5834,8 @@ func (m *ParkedMessageMutation) Field(name string) (ent.Value, bool) {
 		return m.Attempts()
 	case parkedmessage.FieldScheduleStep:
 		return m.ScheduleStep()
+	case parkedmessage.FieldUnexpectedFailures:
+		return m.UnexpectedFailures()
 	case parkedmessage.FieldNextAttemptAt:
 		return m.NextAttemptAt()
 	case parkedmessage.FieldCreatedAt:
@@ -5814,6 +5877,8 @@ func (m *ParkedMessageMutation) OldField(ctx context.Context, name string) (ent.
 		return m.OldAttempts(ctx)
 	case parkedmessage.FieldScheduleStep:
 		return m.OldScheduleStep(ctx)
+	case parkedmessage.FieldUnexpectedFailures:
+		return m.OldUnexpectedFailures(ctx)
 	case parkedmessage.FieldNextAttemptAt:
 		return m.OldNextAttemptAt(ctx)
 	case parkedmessage.FieldCreatedAt:
@@ -5920,6 +5985,13 @@ func (m *ParkedMessageMutation) SetField(name string, value ent.Value) error {
 		}
 		m.SetScheduleStep(v)
 		return nil
+	case parkedmessage.FieldUnexpectedFailures:
+		v, ok := value.(int)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetUnexpectedFailures(v)
+		return nil
 	case parkedmessage.FieldNextAttemptAt:
 		v, ok := value.(time.Time)
 		if !ok {
@@ -5961,6 +6033,9 @@ func (m *ParkedMessageMutation) AddedFields() []string {
 	if m.addschedule_step != nil {
 		fields = append(fields, parkedmessage.FieldScheduleStep)
 	}
+	if m.addunexpected_failures != nil {
+		fields = append(fields, parkedmessage.FieldUnexpectedFailures)
+	}
 	return fields
 }
 
@@ -5977,6 +6052,8 @@ func (m *ParkedMessageMutation) AddedField(name string) (ent.Value, bool) {
 		return m.AddedAttempts()
 	case parkedmessage.FieldScheduleStep:
 		return m.AddedScheduleStep()
+	case parkedmessage.FieldUnexpectedFailures:
+		return m.AddedUnexpectedFailures()
 	}
 	return nil, false
 }
@@ -6013,6 +6090,13 @@ func (m *ParkedMessageMutation) AddField(name string, value ent.Value) error {
 			return fmt.Errorf("unexpected type %T for field %s", value, name)
 		}
 		m.AddScheduleStep(v)
+		return nil
+	case parkedmessage.FieldUnexpectedFailures:
+		v, ok := value.(int)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.AddUnexpectedFailures(v)
 		return nil
 	}
 	return fmt.Errorf("unknown ParkedMessage numeric field %s", name)
@@ -6100,6 +6184,9 @@ func (m *ParkedMessageMutation) ResetField(name string) error {
 		return nil
 	case parkedmessage.FieldScheduleStep:
 		m.ResetScheduleStep()
+		return nil
+	case parkedmessage.FieldUnexpectedFailures:
+		m.ResetUnexpectedFailures()
 		return nil
 	case parkedmessage.FieldNextAttemptAt:
 		m.ResetNextAttemptAt()

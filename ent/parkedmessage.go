@@ -46,6 +46,8 @@ type ParkedMessage struct {
 	Attempts int `json:"attempts,omitempty"`
 	// Retry-later retries used: the index of the next delay in the code's schedule.
 	ScheduleStep int `json:"schedule_step,omitempty"`
+	// Re-drives that failed unexpectedly (not a code of the spec, not the world's failure): at the runtime's limit, with another message of its route committed since the last one, the message is dead-lettered as EVENT_PROCESSING_FAILED.
+	UnexpectedFailures int `json:"unexpected_failures,omitempty"`
 	// NextAttemptAt holds the value of the "next_attempt_at" field.
 	NextAttemptAt time.Time `json:"next_attempt_at,omitempty"`
 	// CreatedAt holds the value of the "created_at" field.
@@ -62,7 +64,7 @@ func (*ParkedMessage) scanValues(columns []string) ([]any, error) {
 		switch columns[i] {
 		case parkedmessage.FieldKey, parkedmessage.FieldValue, parkedmessage.FieldHeaders:
 			values[i] = new([]byte)
-		case parkedmessage.FieldPartition, parkedmessage.FieldOffset, parkedmessage.FieldAttempts, parkedmessage.FieldScheduleStep:
+		case parkedmessage.FieldPartition, parkedmessage.FieldOffset, parkedmessage.FieldAttempts, parkedmessage.FieldScheduleStep, parkedmessage.FieldUnexpectedFailures:
 			values[i] = new(sql.NullInt64)
 		case parkedmessage.FieldConsumerGroup, parkedmessage.FieldTopic, parkedmessage.FieldEventType, parkedmessage.FieldErrorCode, parkedmessage.FieldReason:
 			values[i] = new(sql.NullString)
@@ -171,6 +173,12 @@ func (_m *ParkedMessage) assignValues(columns []string, values []any) error {
 			} else if value.Valid {
 				_m.ScheduleStep = int(value.Int64)
 			}
+		case parkedmessage.FieldUnexpectedFailures:
+			if value, ok := values[i].(*sql.NullInt64); !ok {
+				return fmt.Errorf("unexpected type %T for field unexpected_failures", values[i])
+			} else if value.Valid {
+				_m.UnexpectedFailures = int(value.Int64)
+			}
 		case parkedmessage.FieldNextAttemptAt:
 			if value, ok := values[i].(*sql.NullTime); !ok {
 				return fmt.Errorf("unexpected type %T for field next_attempt_at", values[i])
@@ -267,6 +275,9 @@ func (_m *ParkedMessage) String() string {
 	builder.WriteString(", ")
 	builder.WriteString("schedule_step=")
 	builder.WriteString(fmt.Sprintf("%v", _m.ScheduleStep))
+	builder.WriteString(", ")
+	builder.WriteString("unexpected_failures=")
+	builder.WriteString(fmt.Sprintf("%v", _m.UnexpectedFailures))
 	builder.WriteString(", ")
 	builder.WriteString("next_attempt_at=")
 	builder.WriteString(_m.NextAttemptAt.Format(time.ANSIC))

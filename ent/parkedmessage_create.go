@@ -111,6 +111,20 @@ func (_c *ParkedMessageCreate) SetNillableScheduleStep(v *int) *ParkedMessageCre
 	return _c
 }
 
+// SetUnexpectedFailures sets the "unexpected_failures" field.
+func (_c *ParkedMessageCreate) SetUnexpectedFailures(v int) *ParkedMessageCreate {
+	_c.mutation.SetUnexpectedFailures(v)
+	return _c
+}
+
+// SetNillableUnexpectedFailures sets the "unexpected_failures" field if the given value is not nil.
+func (_c *ParkedMessageCreate) SetNillableUnexpectedFailures(v *int) *ParkedMessageCreate {
+	if v != nil {
+		_c.SetUnexpectedFailures(*v)
+	}
+	return _c
+}
+
 // SetNextAttemptAt sets the "next_attempt_at" field.
 func (_c *ParkedMessageCreate) SetNextAttemptAt(v time.Time) *ParkedMessageCreate {
 	_c.mutation.SetNextAttemptAt(v)
@@ -198,6 +212,10 @@ func (_c *ParkedMessageCreate) defaults() {
 		v := parkedmessage.DefaultScheduleStep
 		_c.mutation.SetScheduleStep(v)
 	}
+	if _, ok := _c.mutation.UnexpectedFailures(); !ok {
+		v := parkedmessage.DefaultUnexpectedFailures
+		_c.mutation.SetUnexpectedFailures(v)
+	}
 	if _, ok := _c.mutation.CreatedAt(); !ok {
 		v := parkedmessage.DefaultCreatedAt()
 		_c.mutation.SetCreatedAt(v)
@@ -243,6 +261,9 @@ func (_c *ParkedMessageCreate) check() error {
 	}
 	if _, ok := _c.mutation.ScheduleStep(); !ok {
 		return &ValidationError{Name: "schedule_step", err: errors.New(`ent: missing required field "ParkedMessage.schedule_step"`)}
+	}
+	if _, ok := _c.mutation.UnexpectedFailures(); !ok {
+		return &ValidationError{Name: "unexpected_failures", err: errors.New(`ent: missing required field "ParkedMessage.unexpected_failures"`)}
 	}
 	if _, ok := _c.mutation.NextAttemptAt(); !ok {
 		return &ValidationError{Name: "next_attempt_at", err: errors.New(`ent: missing required field "ParkedMessage.next_attempt_at"`)}
@@ -334,6 +355,10 @@ func (_c *ParkedMessageCreate) createSpec() (*ParkedMessage, *sqlgraph.CreateSpe
 	if value, ok := _c.mutation.ScheduleStep(); ok {
 		_spec.SetField(parkedmessage.FieldScheduleStep, field.TypeInt, value)
 		_node.ScheduleStep = value
+	}
+	if value, ok := _c.mutation.UnexpectedFailures(); ok {
+		_spec.SetField(parkedmessage.FieldUnexpectedFailures, field.TypeInt, value)
+		_node.UnexpectedFailures = value
 	}
 	if value, ok := _c.mutation.NextAttemptAt(); ok {
 		_spec.SetField(parkedmessage.FieldNextAttemptAt, field.TypeTime, value)
@@ -456,6 +481,24 @@ func (u *ParkedMessageUpsert) UpdateScheduleStep() *ParkedMessageUpsert {
 // AddScheduleStep adds v to the "schedule_step" field.
 func (u *ParkedMessageUpsert) AddScheduleStep(v int) *ParkedMessageUpsert {
 	u.Add(parkedmessage.FieldScheduleStep, v)
+	return u
+}
+
+// SetUnexpectedFailures sets the "unexpected_failures" field.
+func (u *ParkedMessageUpsert) SetUnexpectedFailures(v int) *ParkedMessageUpsert {
+	u.Set(parkedmessage.FieldUnexpectedFailures, v)
+	return u
+}
+
+// UpdateUnexpectedFailures sets the "unexpected_failures" field to the value that was provided on create.
+func (u *ParkedMessageUpsert) UpdateUnexpectedFailures() *ParkedMessageUpsert {
+	u.SetExcluded(parkedmessage.FieldUnexpectedFailures)
+	return u
+}
+
+// AddUnexpectedFailures adds v to the "unexpected_failures" field.
+func (u *ParkedMessageUpsert) AddUnexpectedFailures(v int) *ParkedMessageUpsert {
+	u.Add(parkedmessage.FieldUnexpectedFailures, v)
 	return u
 }
 
@@ -628,6 +671,27 @@ func (u *ParkedMessageUpsertOne) AddScheduleStep(v int) *ParkedMessageUpsertOne 
 func (u *ParkedMessageUpsertOne) UpdateScheduleStep() *ParkedMessageUpsertOne {
 	return u.Update(func(s *ParkedMessageUpsert) {
 		s.UpdateScheduleStep()
+	})
+}
+
+// SetUnexpectedFailures sets the "unexpected_failures" field.
+func (u *ParkedMessageUpsertOne) SetUnexpectedFailures(v int) *ParkedMessageUpsertOne {
+	return u.Update(func(s *ParkedMessageUpsert) {
+		s.SetUnexpectedFailures(v)
+	})
+}
+
+// AddUnexpectedFailures adds v to the "unexpected_failures" field.
+func (u *ParkedMessageUpsertOne) AddUnexpectedFailures(v int) *ParkedMessageUpsertOne {
+	return u.Update(func(s *ParkedMessageUpsert) {
+		s.AddUnexpectedFailures(v)
+	})
+}
+
+// UpdateUnexpectedFailures sets the "unexpected_failures" field to the value that was provided on create.
+func (u *ParkedMessageUpsertOne) UpdateUnexpectedFailures() *ParkedMessageUpsertOne {
+	return u.Update(func(s *ParkedMessageUpsert) {
+		s.UpdateUnexpectedFailures()
 	})
 }
 
@@ -971,6 +1035,27 @@ func (u *ParkedMessageUpsertBulk) AddScheduleStep(v int) *ParkedMessageUpsertBul
 func (u *ParkedMessageUpsertBulk) UpdateScheduleStep() *ParkedMessageUpsertBulk {
 	return u.Update(func(s *ParkedMessageUpsert) {
 		s.UpdateScheduleStep()
+	})
+}
+
+// SetUnexpectedFailures sets the "unexpected_failures" field.
+func (u *ParkedMessageUpsertBulk) SetUnexpectedFailures(v int) *ParkedMessageUpsertBulk {
+	return u.Update(func(s *ParkedMessageUpsert) {
+		s.SetUnexpectedFailures(v)
+	})
+}
+
+// AddUnexpectedFailures adds v to the "unexpected_failures" field.
+func (u *ParkedMessageUpsertBulk) AddUnexpectedFailures(v int) *ParkedMessageUpsertBulk {
+	return u.Update(func(s *ParkedMessageUpsert) {
+		s.AddUnexpectedFailures(v)
+	})
+}
+
+// UpdateUnexpectedFailures sets the "unexpected_failures" field to the value that was provided on create.
+func (u *ParkedMessageUpsertBulk) UpdateUnexpectedFailures() *ParkedMessageUpsertBulk {
+	return u.Update(func(s *ParkedMessageUpsert) {
+		s.UpdateUnexpectedFailures()
 	})
 }
 

@@ -99,6 +99,27 @@ func (_u *ParkedMessageUpdate) AddScheduleStep(v int) *ParkedMessageUpdate {
 	return _u
 }
 
+// SetUnexpectedFailures sets the "unexpected_failures" field.
+func (_u *ParkedMessageUpdate) SetUnexpectedFailures(v int) *ParkedMessageUpdate {
+	_u.mutation.ResetUnexpectedFailures()
+	_u.mutation.SetUnexpectedFailures(v)
+	return _u
+}
+
+// SetNillableUnexpectedFailures sets the "unexpected_failures" field if the given value is not nil.
+func (_u *ParkedMessageUpdate) SetNillableUnexpectedFailures(v *int) *ParkedMessageUpdate {
+	if v != nil {
+		_u.SetUnexpectedFailures(*v)
+	}
+	return _u
+}
+
+// AddUnexpectedFailures adds value to the "unexpected_failures" field.
+func (_u *ParkedMessageUpdate) AddUnexpectedFailures(v int) *ParkedMessageUpdate {
+	_u.mutation.AddUnexpectedFailures(v)
+	return _u
+}
+
 // SetNextAttemptAt sets the "next_attempt_at" field.
 func (_u *ParkedMessageUpdate) SetNextAttemptAt(v time.Time) *ParkedMessageUpdate {
 	_u.mutation.SetNextAttemptAt(v)
@@ -201,6 +222,12 @@ func (_u *ParkedMessageUpdate) sqlSave(ctx context.Context) (_node int, err erro
 	if value, ok := _u.mutation.AddedScheduleStep(); ok {
 		_spec.AddField(parkedmessage.FieldScheduleStep, field.TypeInt, value)
 	}
+	if value, ok := _u.mutation.UnexpectedFailures(); ok {
+		_spec.SetField(parkedmessage.FieldUnexpectedFailures, field.TypeInt, value)
+	}
+	if value, ok := _u.mutation.AddedUnexpectedFailures(); ok {
+		_spec.AddField(parkedmessage.FieldUnexpectedFailures, field.TypeInt, value)
+	}
 	if value, ok := _u.mutation.NextAttemptAt(); ok {
 		_spec.SetField(parkedmessage.FieldNextAttemptAt, field.TypeTime, value)
 	}
@@ -296,6 +323,27 @@ func (_u *ParkedMessageUpdateOne) SetNillableScheduleStep(v *int) *ParkedMessage
 // AddScheduleStep adds value to the "schedule_step" field.
 func (_u *ParkedMessageUpdateOne) AddScheduleStep(v int) *ParkedMessageUpdateOne {
 	_u.mutation.AddScheduleStep(v)
+	return _u
+}
+
+// SetUnexpectedFailures sets the "unexpected_failures" field.
+func (_u *ParkedMessageUpdateOne) SetUnexpectedFailures(v int) *ParkedMessageUpdateOne {
+	_u.mutation.ResetUnexpectedFailures()
+	_u.mutation.SetUnexpectedFailures(v)
+	return _u
+}
+
+// SetNillableUnexpectedFailures sets the "unexpected_failures" field if the given value is not nil.
+func (_u *ParkedMessageUpdateOne) SetNillableUnexpectedFailures(v *int) *ParkedMessageUpdateOne {
+	if v != nil {
+		_u.SetUnexpectedFailures(*v)
+	}
+	return _u
+}
+
+// AddUnexpectedFailures adds value to the "unexpected_failures" field.
+func (_u *ParkedMessageUpdateOne) AddUnexpectedFailures(v int) *ParkedMessageUpdateOne {
+	_u.mutation.AddUnexpectedFailures(v)
 	return _u
 }
 
@@ -430,6 +478,12 @@ func (_u *ParkedMessageUpdateOne) sqlSave(ctx context.Context) (_node *ParkedMes
 	}
 	if value, ok := _u.mutation.AddedScheduleStep(); ok {
 		_spec.AddField(parkedmessage.FieldScheduleStep, field.TypeInt, value)
+	}
+	if value, ok := _u.mutation.UnexpectedFailures(); ok {
+		_spec.SetField(parkedmessage.FieldUnexpectedFailures, field.TypeInt, value)
+	}
+	if value, ok := _u.mutation.AddedUnexpectedFailures(); ok {
+		_spec.AddField(parkedmessage.FieldUnexpectedFailures, field.TypeInt, value)
 	}
 	if value, ok := _u.mutation.NextAttemptAt(); ok {
 		_spec.SetField(parkedmessage.FieldNextAttemptAt, field.TypeTime, value)

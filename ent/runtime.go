@@ -147,12 +147,16 @@ func init() {
 	parkedmessageDescScheduleStep := parkedmessageFields[13].Descriptor()
 	// parkedmessage.DefaultScheduleStep holds the default value on creation for the schedule_step field.
 	parkedmessage.DefaultScheduleStep = parkedmessageDescScheduleStep.Default.(int)
+	// parkedmessageDescUnexpectedFailures is the schema descriptor for unexpected_failures field.
+	parkedmessageDescUnexpectedFailures := parkedmessageFields[14].Descriptor()
+	// parkedmessage.DefaultUnexpectedFailures holds the default value on creation for the unexpected_failures field.
+	parkedmessage.DefaultUnexpectedFailures = parkedmessageDescUnexpectedFailures.Default.(int)
 	// parkedmessageDescCreatedAt is the schema descriptor for created_at field.
-	parkedmessageDescCreatedAt := parkedmessageFields[15].Descriptor()
+	parkedmessageDescCreatedAt := parkedmessageFields[16].Descriptor()
 	// parkedmessage.DefaultCreatedAt holds the default value on creation for the created_at field.
 	parkedmessage.DefaultCreatedAt = parkedmessageDescCreatedAt.Default.(func() time.Time)
 	// parkedmessageDescUpdatedAt is the schema descriptor for updated_at field.
-	parkedmessageDescUpdatedAt := parkedmessageFields[16].Descriptor()
+	parkedmessageDescUpdatedAt := parkedmessageFields[17].Descriptor()
 	// parkedmessage.DefaultUpdatedAt holds the default value on creation for the updated_at field.
 	parkedmessage.DefaultUpdatedAt = parkedmessageDescUpdatedAt.Default.(func() time.Time)
 	// parkedmessageDescID is the schema descriptor for id field.

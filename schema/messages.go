@@ -55,6 +55,7 @@ func (ParkedMessage) Annotations() []schema.Annotation {
 		entsql.Checks(map[string]string{
 			"ck_parked_messages_attempts":      "attempts >= 1",
 			"ck_parked_messages_schedule_step": "schedule_step >= 0",
+			"ck_parked_messages_unexpected":    "unexpected_failures >= 0",
 		}),
 	}
 }
@@ -76,6 +77,8 @@ func (ParkedMessage) Fields() []ent.Field {
 		field.Int("attempts").Comment("Processing attempts so far, the first included."),
 		field.Int("schedule_step").Default(0).Annotations(entsql.Default("0")).
 			Comment("Retry-later retries used: the index of the next delay in the code's schedule."),
+		field.Int("unexpected_failures").Default(0).Annotations(entsql.Default("0")).
+			Comment("Re-drives that failed unexpectedly (not a code of the spec, not the world's failure): at the runtime's limit, with another message of its route committed since the last one, the message is dead-lettered as EVENT_PROCESSING_FAILED."),
 		field.Time("next_attempt_at"),
 		createdAt(),
 		nowDefault("updated_at"),

@@ -26,6 +26,9 @@ type Config struct {
 	DrainTimeout time.Duration // CONSUMER_DRAIN_TIMEOUT: budget to finish in-flight work on revoke and shutdown (default 10s)
 	StuckAfter   time.Duration // CONSUMER_STUCK_AFTER: /readyz fails when a partition with work made no progress for this long (default 2m)
 	ParkedPoll   time.Duration // CONSUMER_PARKED_POLL: how often parked messages are looked for (default 1s, scaled)
+	// MaxClockSkew (MAX_CLOCK_SKEW): a CreatedAt or payload time further
+	// than this in the future makes the message invalid (default 24h).
+	MaxClockSkew time.Duration
 	// SchemaRecheck (CONSUMER_SCHEMA_RECHECK): how often the schema gate
 	// reads the migration history again while the database is behind the
 	// binary (default 5s).
@@ -47,6 +50,10 @@ type Config struct {
 	// each partition's batch runs in its own). See share.go.
 	SharedTransactions int
 }
+
+// MaxBatchSize bounds CONSUMER_BATCH_SIZE: a shared transaction carries up
+// to 4 batches, whose IN lists must stay far below PostgreSQL's MaxParams.
+const MaxBatchSize = 1000
 
 // DefaultSharedTransactions is CONSUMER_SHARED_TRANSACTIONS's default: two
 // transactions at a time, each carrying the batches of every partition
@@ -84,6 +91,7 @@ func ConfigFromEnv(environ []string, defaultHTTP string) (Config, error) {
 		StuckAfter:     2 * time.Minute,
 		ParkedPoll:     time.Second,
 		SchemaRecheck:  5 * time.Second,
+		MaxClockSkew:   24 * time.Hour,
 		DBMaxConns:     16,
 		StatementCache: DefaultStatementCache,
 
@@ -145,6 +153,9 @@ func ConfigFromEnv(environ []string, defaultHTTP string) (Config, error) {
 		c.Pprof = b
 	}
 	intVar("CONSUMER_BATCH_SIZE", &c.BatchSize)
+	if c.BatchSize > MaxBatchSize {
+		fail("CONSUMER_BATCH_SIZE", fmt.Errorf("is above %d", MaxBatchSize))
+	}
 	intVar("CONSUMER_QUEUE_SIZE", &c.QueueSize)
 	intVar("DATABASE_MAX_CONNS", &c.DBMaxConns)
 	intVar("CONSUMER_MAX_TRANSACTIONS", &c.MaxTransactions)
@@ -154,6 +165,7 @@ func ConfigFromEnv(environ []string, defaultHTTP string) (Config, error) {
 	durVar("CONSUMER_STUCK_AFTER", &c.StuckAfter)
 	durVar("CONSUMER_PARKED_POLL", &c.ParkedPoll)
 	durVar("CONSUMER_SCHEMA_RECHECK", &c.SchemaRecheck)
+	durVar("MAX_CLOCK_SKEW", &c.MaxClockSkew)
 
 	for k, v := range env {
 		name, ok := strings.CutPrefix(k, "KAFKA_")

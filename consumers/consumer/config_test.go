@@ -192,12 +192,11 @@ func TestDecodeEnvelopeIsLenientBeyondMessageId(t *testing.T) {
 	if err != nil || e.EventType != "pin.abc" || e.AggregateType != `L"x` || !e.CreatedAt.Equal(time.Date(2026, 11, 30, 9, 0, 0, 5e8, time.UTC)) {
 		t.Fatalf("escaped strings and an offset time: %+v, %v", e, err)
 	}
-	// Invalid UTF-8 in a string (encoding/json lets it through a raw
-	// member): replaced, never passed on — an EventType becomes a metric
-	// label, and Prometheus panics on invalid UTF-8.
-	e, err = DecodeEnvelope([]byte(`{` + id + `,"EventType":"x` + "\xff" + `"}`))
-	if err != nil || e.EventType != "x\uFFFD" {
-		t.Fatalf("EventType %q, %v: want the invalid byte replaced", e.EventType, err)
+	// The contract's envelope is UTF-8 JSON: a value that is not UTF-8 is
+	// refused whole (its EventType would be a log field, its strings rows).
+	_, err = DecodeEnvelope([]byte(`{` + id + `,"EventType":"x` + "\xff" + `"}`))
+	if c, ok := CodeOf(err); !ok || c.Name != EnvelopeInvalid.Name {
+		t.Fatalf("an envelope with invalid UTF-8: %v, want %s", err, EnvelopeInvalid.Name)
 	}
 }
 

@@ -43,6 +43,9 @@ func DecodeEnvelope(value []byte) (Envelope, error) {
 	if len(v) == 0 || v[0] != '{' {
 		return Envelope{}, EnvelopeInvalid.Errorf("value is not a JSON object")
 	}
+	if !utf8.Valid(v) { // the contract: one UTF-8 JSON envelope
+		return Envelope{}, EnvelopeInvalid.Errorf("value is not valid UTF-8")
+	}
 	// One pass over the value, every member kept raw: a member of an
 	// unexpected type must not make the whole envelope unreadable.
 	// encoding/json matches names case-insensitively; a member given twice
@@ -164,6 +167,9 @@ func decodePayload[P any](m *Message) (P, error) {
 	if v[0] != '{' {
 		return p, m.invalid.Errorf("Payload is not a JSON object")
 	}
+	if hasNUL(v) {
+		return p, m.invalid.Errorf("Payload holds a NUL character (\\u0000), which PostgreSQL text cannot store")
+	}
 	if err := json.Unmarshal(v, &p); err != nil {
 		var te *json.UnmarshalTypeError
 		if errors.As(err, &te) && te.Field != "" {
@@ -172,6 +178,39 @@ func decodePayload[P any](m *Message) (P, error) {
 		return p, m.invalid.Errorf("Payload: %v", err)
 	}
 	return p, nil
+}
+
+// hasNUL reports whether the JSON text raw holds the escape \u0000 (a NUL
+// character in a string: the only way JSON carries one) outside another
+// escape (\\u0000 is a backslash and the text u0000).
+func hasNUL(raw []byte) bool {
+	for i := 0; ; {
+		j := bytes.Index(raw[i:], []byte(`\u0000`))
+		if j < 0 {
+			return false
+		}
+		j += i
+		slashes := 0
+		for k := j - 1; k >= 0 && raw[k] == '\\'; k-- {
+			slashes++
+		}
+		if slashes%2 == 0 { // the backslash of \u0000 is not itself escaped
+			return true
+		}
+		i = j + 1
+	}
+}
+
+// CheckTime returns an error of the message's invalid code when t, the
+// payload member named member, lies further in the future than the
+// runtime's MAX_CLOCK_SKEW allows: a producer's clock that far ahead, or a
+// value no event can have (year 9999), would otherwise stay the newest
+// event time for ever.
+func (m *Message) CheckTime(member string, t time.Time) error {
+	if m.maxSkew > 0 && t.After(time.Now().Add(m.maxSkew)) {
+		return m.invalid.Errorf("%s %s is more than %s in the future (MAX_CLOCK_SKEW)", member, t.Format(time.RFC3339), m.maxSkew)
+	}
+	return nil
 }
 
 // Invalid returns an error of the message's service invalid code: for

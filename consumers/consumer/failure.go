@@ -134,7 +134,7 @@ func (w *worker) processOne(it *item, firstErr error) bool {
 		return w.deadLetter(it, EnvelopeInvalid, it.decodeErr, 1)
 	}
 	if !it.routed {
-		r.m.unknownType.WithLabelValues(it.msg.EventType).Inc()
+		r.m.unknownType.WithLabelValues(UnknownEventType).Inc()
 		it.outcome = SkippedUnknownEventType
 		w.finish(it, nil)
 		w.ack(it.km.TopicPartition.Offset)
@@ -147,15 +147,14 @@ func (w *worker) processOne(it *item, firstErr error) bool {
 	t := newTally()
 	// Evidence that an unexpected failure is the message's own: another
 	// message of its route committed after its first unexpected failure
-	// and before an attempt that failed again (since: the route's commits
-	// at that first failure), or a message queued behind it succeeded as a
-	// probe before such an attempt. An attempt that fails after the world
+	// (since) and before an attempt that failed again, or a message queued
+	// behind it succeeded as a probe before such an attempt. An attempt that fails after the world
 	// recovered is not evidence: it must fail again after the success.
-	var since uint64
+	var since int64 // unix nanos
 	evidence := false
 	for {
 		it.attempts++
-		if t.unexpected > 0 && r.committedOf(it.route) != since {
+		if t.unexpected > 0 && r.lastCommitOf(it.route) > since {
 			evidence = true
 		}
 		var out Outcome
@@ -178,7 +177,7 @@ func (w *worker) processOne(it *item, firstErr error) bool {
 		before := t.unexpected
 		v := r.decide(err, t, !r.svc.Blocking)
 		if before == 0 && t.unexpected == 1 {
-			since = r.committedOf(it.route)
+			since = time.Now().UnixNano()
 		}
 		log := r.logFor(it)
 		switch v.act {
@@ -260,23 +259,24 @@ func (w *worker) probe(it *item) bool {
 	return err == nil && claimed
 }
 
-// committedOf is how many messages of route committed with their handler's
-// effect since the process started (duplicates and dead letters not
-// counted): the evidence processOne looks for.
-func (r *Runtime) committedOf(route Route) uint64 {
+// lastCommitOf is when a message of route last committed with its
+// handler's effect (unix nanos; 0: not since the process started):
+// duplicates and dead letters do not count. It is the evidence processOne
+// and the re-driver look for.
+func (r *Runtime) lastCommitOf(route Route) int64 {
 	if c := r.commits[route.EventType]; c != nil {
 		return c.Load()
 	}
 	return 0
 }
 
-// committed counts a message whose handler ran in a transaction that
+// committed records a message whose handler ran in a transaction that
 // committed.
 func (r *Runtime) committed(it *item) {
 	if it.st == nil || !it.routed { // a duplicate: its handler did not run
 		return
 	}
 	if c := r.commits[it.route.EventType]; c != nil {
-		c.Add(1)
+		c.Store(time.Now().UnixNano())
 	}
 }

@@ -161,3 +161,40 @@ func (f faultWatch) get(path string) (int, string) {
 	b, _ := io.ReadAll(resp.Body)
 	return resp.StatusCode, string(b)
 }
+
+// A parked message whose re-drives fail unexpectedly has them counted on
+// its row: while nothing else of its type commits it keeps waiting; once
+// others commit between its failures, it is dead-lettered instead of
+// being re-driven forever.
+func TestAParkedMessageThatKeepsFailingUnexpectedlyReachesTheDLQ(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	leadID := e.lead()
+	id, flaky := envelope(leadID, "flaky")
+	e.produce(0, flaky)
+	run := consumertest.Start(t, e.cluster.Bootstrap, e.url, probeService(time.Second), consumertest.Options{})
+	unexpected := func() int {
+		return e.count(`SELECT coalesce(max(unexpected_failures), 0) FROM parked_messages WHERE message_id = $1`, id)
+	}
+	kafkatest.Eventually(t, 30*time.Second, func() bool { return unexpected() >= 6 },
+		"the parked message's unexpected failures counted on its row (have %d)", unexpected())
+	if n := e.cluster.Count(t, probeDLQ); n != 0 {
+		t.Fatalf("DLQ holds %d while nothing else of its type committed, want 0", n)
+	}
+	good := 0
+	kafkatest.Eventually(t, 60*time.Second, func() bool {
+		_, ok := envelope(leadID, "")
+		e.produce(1, ok)
+		good++
+		return e.count(`SELECT count(*) FROM parked_messages WHERE message_id = $1`, id) == 0
+	}, "the parked message dead-lettered")
+	dlq := e.cluster.ReadAll(t, probeDLQ, 1, 10*time.Second)
+	if c := kafkatest.Header(dlq[0], "x-dlq-error-code"); c != "EVENT_PROCESSING_FAILED" {
+		t.Fatalf("dead-lettered as %q, want EVENT_PROCESSING_FAILED", c)
+	}
+	kafkatest.Eventually(t, 30*time.Second, func() bool { return e.events(leadID) == good },
+		"the %d good messages applied (have %d)", good, e.events(leadID))
+	if n := run.Counter("pin_consumer_dlq_total", nil); n != 1 {
+		t.Fatalf("dead letters: %v, want 1", n)
+	}
+}

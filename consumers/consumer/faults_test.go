@@ -135,6 +135,9 @@ func TestARevokedPrivilegeWaitsUntilGrantedBack(t *testing.T) {
 		`GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA public TO ` + role,
 		`GRANT USAGE ON SCHEMA atlas_schema_revisions TO ` + role,
 		`GRANT SELECT ON atlas_schema_revisions.atlas_schema_revisions TO ` + role,
+		// The marks and parked rows have row-level security: the probe's.
+		`CREATE POLICY ` + role + ` ON processed_messages TO ` + role + ` USING (topic = '` + probeTopic + `') WITH CHECK (topic = '` + probeTopic + `')`,
+		`CREATE POLICY ` + role + ` ON parked_messages TO ` + role + ` USING (topic = '` + probeTopic + `') WITH CHECK (topic = '` + probeTopic + `')`,
 	} {
 		if _, err := e.db.Exec(q); err != nil {
 			t.Fatal(err)

@@ -2,6 +2,7 @@ package consumer
 
 import (
 	"context"
+	"time"
 
 	"github.com/rs/zerolog"
 
@@ -17,8 +18,9 @@ type Message struct {
 	Offset    int64
 	Key       []byte
 
-	invalid Code // the service's invalid code, for DecodePayload
-	decoded any  // the last DecodePayload's result (*decoded[P])
+	invalid Code          // the service's invalid code, for DecodePayload
+	maxSkew time.Duration // MAX_CLOCK_SKEW, for CheckTime
+	decoded any           // the last DecodePayload's result (*decoded[P])
 }
 
 // Outcome is the result of a handled message, by its log name. The name is

@@ -10,6 +10,11 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
+// UnknownEventType is the event_type label of a message no route takes
+// (and of one whose envelope cannot be read): the producer's text never
+// becomes a label value, so garbage cannot grow the series without bound.
+const UnknownEventType = "unknown"
+
 // metrics are the runtime's generic families (label service on each) and
 // the spec-named families of the service.
 type metrics struct {
@@ -70,7 +75,7 @@ func newMetrics(reg prometheus.Registerer, svc Service, lagSource func(context.C
 			Name: "pin_consumer_contract_mismatch_total", Help: "Envelopes whose ContractVersion differs from the expected one (processed anyway).",
 		}),
 		unknownType: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "pin_consumer_unknown_event_types_total", Help: "Messages skipped because the consumer does not know their EventType.",
+			Name: "pin_consumer_unknown_event_types_total", Help: "Messages skipped because the consumer does not know their EventType (event_type is always \"unknown\"; the log line has the text).",
 		}, []string{"event_type"}),
 		batchSize: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name: "pin_consumer_batch_size", Help: "Messages committed per database transaction.",
@@ -106,8 +111,10 @@ func newMetrics(reg prometheus.Registerer, svc Service, lagSource func(context.C
 	for _, reason := range []string{"processed-already", "lost-race", "shared-failed"} {
 		m.batchReruns.WithLabelValues(reason) // a series from the start: rate() and alerts see zeros
 	}
-	for _, result := range []string{"committed", "failed"} {
-		m.offsetCommits.WithLabelValues("stored", result)
+	for _, trigger := range []string{"stored", "revoke", "shutdown"} {
+		for _, result := range []string{"committed", "nothing", "failed"} {
+			m.offsetCommits.WithLabelValues(trigger, result)
+		}
 	}
 
 	sm := svc.Metrics
@@ -155,7 +162,7 @@ func newMetrics(reg prometheus.Registerer, svc Service, lagSource func(context.C
 				}
 				t = time.Unix(0, n)
 			}
-			return time.Since(t).Seconds()
+			return max(0, time.Since(t).Seconds()) // an event time ahead of the clock is no lag
 		}))
 	}
 	return m

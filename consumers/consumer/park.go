@@ -177,7 +177,7 @@ func (r *Runtime) redriveOne(ctx context.Context) (bool, error) {
 	defer it.span.End() // no-op once finished
 	fail := func(err error) (bool, error) {
 		_ = tx.Rollback()
-		r.postpone(ctx, row, it.attempts, err)
+		r.postpone(ctx, row, it.attempts, row.UnexpectedFailures, err)
 		return true, err
 	}
 	if it.msg == nil || !it.routed { // cannot happen for a row we parked; never loop on it
@@ -188,6 +188,7 @@ func (r *Runtime) redriveOne(ctx context.Context) (bool, error) {
 	t.step = row.ScheduleStep
 	for {
 		it.attempts++
+		started := time.Now().UnixNano()
 		out, err := r.redriveAttempt(ctx, tx, it)
 		if err == nil {
 			if err := tx.ParkedMessage.DeleteOne(row).Exec(ctx); err != nil {
@@ -210,11 +211,25 @@ func (r *Runtime) redriveOne(ctx context.Context) (bool, error) {
 		case actRetry:
 			r.m.retry(code.Class, code.Name)
 			continue
-		case actWait, actCheck: // the world's, or unexpected: back off this row only
-			if v.cause != "" {
+		case actWait, actCheck:
+			if v.cause != "" { // the world's: back off this row only
 				r.m.infra(v.cause)
+				return fail(err)
 			}
-			return fail(err)
+			// Unexpected: counted on the row, so that a message that keeps
+			// failing is not re-driven forever. From the limit on, it is
+			// dead-lettered when another message of its route committed
+			// after its previous failure and before this attempt: the
+			// failure is its own (as in processOne).
+			n := row.UnexpectedFailures + 1
+			if lc := r.lastCommitOf(it.route); n >= unexpectedLimit && lc > row.UpdatedAt.UnixNano() && lc < started {
+				r.logFor(it).Error().Err(err).Int("attempts", it.attempts).
+					Msg("the failure is the parked message's own (other messages of its event type succeed): dead-lettering it")
+				return r.redriveDeadLetter(ctx, tx, row, it, ProcessingFailed, err)
+			}
+			_ = tx.Rollback()
+			r.postpone(ctx, row, it.attempts, n, err)
+			return true, err
 		case actPark:
 			next := time.Now().Add(v.delay)
 			if uerr := tx.ParkedMessage.UpdateOne(row).
@@ -243,7 +258,8 @@ func (r *Runtime) redriveOne(ctx context.Context) (bool, error) {
 // postpone pushes a row whose attempt failed without a verdict back by the
 // infrastructure backoff (by how often that happened), outside the failed
 // transaction.
-func (r *Runtime) postpone(ctx context.Context, row *ent.ParkedMessage, attempts int, cause error) {
+// unexpected is the row's count of unexpected failures with this one.
+func (r *Runtime) postpone(ctx context.Context, row *ent.ParkedMessage, attempts, unexpected int, cause error) {
 	n := attempts - row.ScheduleStep // attempts that were not retry-later
 	b := newInfraBackoff()
 	d := b.NextBackOff()
@@ -254,6 +270,7 @@ func (r *Runtime) postpone(ctx context.Context, row *ent.ParkedMessage, attempts
 		Int("attempts", attempts).Msg("re-drive failed: postponed")
 	_ = r.client.ParkedMessage.UpdateOneID(row.ID).
 		SetAttempts(max(attempts, row.Attempts)).
+		SetUnexpectedFailures(unexpected).
 		SetNextAttemptAt(time.Now().Add(r.cfg.scale(d))).
 		SetReason(cleanText(cause.Error())).
 		SetUpdatedAt(time.Now()).
@@ -267,7 +284,8 @@ func (r *Runtime) postpone(ctx context.Context, row *ent.ParkedMessage, attempts
 func (r *Runtime) redriveDeadLetter(ctx context.Context, tx *ent.Tx, row *ent.ParkedMessage, it *item, code Code, cause error) (bool, error) {
 	if err := r.dlq.send(ctx, it.km, code, cause.Error(), it.attempts); err != nil {
 		_ = tx.Rollback()
-		r.postpone(ctx, row, it.attempts, err)
+		r.m.infra("kafka")
+		r.postpone(ctx, row, it.attempts, row.UnexpectedFailures, err)
 		return true, err
 	}
 	if err := tx.ParkedMessage.DeleteOne(row).Exec(ctx); err != nil {

@@ -39,6 +39,9 @@ var (
 	probeConflict = consumer.Code{Name: "PROBE_CONFLICT", Class: consumer.RetryNow}
 )
 
+// flakySeen holds the MessageIds of "flaky" messages run once.
+var flakySeen sync.Map
+
 // conflictRuns counts the handler's runs of "conflict" messages.
 var conflictRuns atomic.Int64
 
@@ -74,7 +77,7 @@ func (h hold) Release() { h.once.Do(func() { close(h.release) }) }
 
 type probePayload struct {
 	LeadID uuid.UUID `json:"LeadId"`
-	Mode   string    // "", "invalid", "conflict", "panic", "second-layer", "bug", "slow", "hold"
+	Mode   string    // "", "invalid", "conflict", "panic", "second-layer", "bug", "flaky", "slow", "hold"
 }
 
 // probeService builds the probe; a lead that does not exist is a RetryLater
@@ -106,6 +109,11 @@ func probeService(schedule ...time.Duration) func(prometheus.Registerer) consume
 						return consumer.SkippedDuplicate, nil // the handler's own idempotency layer
 					case "bug":
 						return "", errors.New("an unexpected error (a bug)")
+					case "flaky": // waits for its lead once (parked), then fails unexpectedly
+						if _, again := flakySeen.LoadOrStore(m.MessageID, true); !again {
+							return "", notFound.Errorf("lead %s not found (first run)", p.LeadID)
+						}
+						return "", errors.New("an unexpected error on re-drive (a bug)")
 					case "slow":
 						slowStarted.Store(m.MessageID, true)
 						time.Sleep(slowFor)

@@ -80,6 +80,10 @@ func (r *Runtime) decode(it *item) {
 		Offset:    int64(km.TopicPartition.Offset),
 		Key:       km.Key,
 		invalid:   r.svc.InvalidCode,
+		maxSkew:   r.cfg.MaxClockSkew,
+	}
+	if skew := r.cfg.MaxClockSkew; env.Problem() == nil && env.CreatedAt.After(time.Now().Add(skew)) {
+		it.msg.problem = fmt.Errorf("CreatedAt %s is more than %s in the future (MAX_CLOCK_SKEW)", env.CreatedAt.Format(time.RFC3339), skew)
 	}
 	it.id = env.MessageID.String()
 	it.route, it.routed = r.svc.route(env.EventType)
@@ -107,8 +111,8 @@ func (r *Runtime) logFor(it *item) *zerolog.Logger {
 	l := r.log.With().
 		Int32("partition", it.km.TopicPartition.Partition).
 		Int64("offset", int64(it.km.TopicPartition.Offset))
-	if it.msg != nil {
-		l = l.Str("MessageId", it.id).Str("EventType", it.msg.EventType)
+	if it.msg != nil { // a producer's EventType may be anything: at most 128 bytes of it
+		l = l.Str("MessageId", it.id).Str("EventType", abbreviate(it.msg.EventType, 128))
 	}
 	lg := l.Logger()
 	if it.msg != nil || it.decodeErr != nil { // decoded (or not decodable): final
@@ -504,9 +508,11 @@ func (r *Runtime) finish(it *item, err error) {
 			r.runHook(it, fn)
 		}
 	}
-	eventType := ""
-	if it.msg != nil {
-		eventType = it.msg.EventType
+	eventType := UnknownEventType // a label from a closed set, never the producer's text
+	if it.routed {
+		eventType = it.route.EventType
+	}
+	if it.msg != nil && it.msg.Problem() == nil {
 		r.m.eventTime(it.msg.CreatedAt)
 	}
 	d := time.Since(it.start)

@@ -71,10 +71,11 @@ type Runtime struct {
 	// (CONSUMER_SHARED_TRANSACTIONS; nil: off).
 	share *sharer
 
-	// commits counts, per route (EventType), the messages committed with
-	// their handler's effect: the evidence that an unexpected failure is a
-	// message's own (processOne). Built in New, read-only after.
-	commits map[string]*atomic.Uint64
+	// commits holds, per route (EventType), when a message last committed
+	// with its handler's effect (unix nanos): the evidence that an
+	// unexpected failure is a message's own (processOne, the re-driver).
+	// The map is built in New, read-only after.
+	commits map[string]*atomic.Int64
 
 	// commitReq asks the committer for a commit of the stored offsets.
 	commitReq chan struct{}
@@ -113,6 +114,9 @@ func New(cfg Config, svc Service, client *ent.Client, db *sql.DB, opts Options) 
 	if cfg.ParkedPoll <= 0 {
 		cfg.ParkedPoll = time.Second
 	}
+	if cfg.MaxClockSkew <= 0 {
+		cfg.MaxClockSkew = 24 * time.Hour
+	}
 	if cfg.SchemaRecheck <= 0 {
 		cfg.SchemaRecheck = 5 * time.Second
 	}
@@ -124,10 +128,10 @@ func New(cfg Config, svc Service, client *ent.Client, db *sql.DB, opts Options) 
 		workers: map[int32]*worker{},
 
 		schemaVersion: opts.SchemaVersion,
-		commits:       make(map[string]*atomic.Uint64, len(svc.Routes)),
+		commits:       make(map[string]*atomic.Int64, len(svc.Routes)),
 	}
 	for _, rt := range svc.Routes {
-		r.commits[rt.EventType] = new(atomic.Uint64)
+		r.commits[rt.EventType] = new(atomic.Int64)
 	}
 	if cfg.MaxTransactions > 0 {
 		r.turns = make(chan struct{}, cfg.MaxTransactions)

@@ -439,8 +439,8 @@ func TestUnknownEventTypeIsSkippedAndContractMismatchProceeds(t *testing.T) {
 	if got := e.events(leadID); got != 1 {
 		t.Fatalf("lead_events = %d, want 1 (mismatch proceeds)", got)
 	}
-	if got := r.Counter("pin_consumer_unknown_event_types_total", map[string]string{"event_type": "test.other"}); got != 1 {
-		t.Fatalf("unknown_event_types_total = %v", got)
+	if got := r.Counter("pin_consumer_unknown_event_types_total", map[string]string{"event_type": consumer.UnknownEventType}); got != 1 {
+		t.Fatalf("unknown_event_types_total{event_type=unknown} = %v, want 1 (never the producer's text)", got)
 	}
 	if got := r.Counter("pin_consumer_contract_mismatch_total", nil); got != 1 {
 		t.Fatalf("contract_mismatch_total = %v", got)

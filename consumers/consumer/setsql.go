@@ -44,3 +44,24 @@ func SortedIDs[V any](m map[uuid.UUID]V) []uuid.UUID {
 	slices.SortFunc(ids, func(a, b uuid.UUID) int { return bytes.Compare(a[:], b[:]) })
 	return ids
 }
+
+// MaxParams is how many bind parameters one PostgreSQL statement can carry
+// (the protocol counts them in 16 bits).
+const MaxParams = 65535
+
+// Chunks splits rows into runs that one bulk statement can carry when each
+// row takes paramsPerRow bind parameters: every multi-row INSERT, upsert
+// and CASE update, on the batch path and on a message's own, goes through
+// it, so a payload's arrays or a large batch never exceed MaxParams.
+func Chunks[T any](rows []T, paramsPerRow int) [][]T {
+	per := max(MaxParams/max(paramsPerRow, 1), 1) // a row of more parameters than that goes alone, and fails
+	var out [][]T
+	for len(rows) > per {
+		out = append(out, rows[:per:per])
+		rows = rows[per:]
+	}
+	if len(rows) > 0 {
+		out = append(out, rows)
+	}
+	return out
+}

@@ -50,3 +50,32 @@ func TestCaseOfNumbersItsArgumentsInsideAnExpression(t *testing.T) {
 		t.Fatalf("args %v", args)
 	}
 }
+
+func TestChunksKeepEveryStatementUnderPostgreSQLsParameterLimit(t *testing.T) {
+	rows := make([]int, 70000)
+	for i := range rows {
+		rows[i] = i
+	}
+	for _, per := range []int{1, 7, 9, 65535, 70000} {
+		got := Chunks(rows, per)
+		n, next := 0, 0
+		for _, c := range got {
+			if len(c) == 0 || len(c)*per > MaxParams && len(c) > 1 {
+				t.Fatalf("%d params a row: a chunk of %d rows", per, len(c))
+			}
+			for _, v := range c {
+				if v != next {
+					t.Fatalf("%d params a row: row %d where %d was due (order or loss)", per, v, next)
+				}
+				next++
+			}
+			n += len(c)
+		}
+		if n != len(rows) {
+			t.Fatalf("%d params a row: %d rows in the chunks, want %d", per, n, len(rows))
+		}
+	}
+	if got := Chunks([]int{}, 5); len(got) != 0 {
+		t.Fatalf("no rows: %d chunks", len(got))
+	}
+}

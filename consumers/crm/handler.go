@@ -36,6 +36,9 @@ func (h *handler) handle(ctx context.Context, tx *ent.Tx, m *consumer.Message) (
 		}
 		return "", CodeEventInvalid.Wrap(verr)
 	}
+	if err := m.CheckTime("OccurredAt", ev.OccurredAt); err != nil {
+		return "", err
+	}
 	if ev.TitleTruncated() {
 		log.Warn().Func(p.logFields).
 			Int("SelectionTitleRunes", ev.TitleRunes).Int("StoredRunes", MaxTitleRunes).

@@ -175,8 +175,10 @@ func (b *batch) flush(ctx context.Context) error {
 		return nil
 	}
 	tx := b.tx
-	if err := tx.LeadEvent.CreateBulk(b.rows...).Exec(ctx); err != nil {
-		return fmt.Errorf("insert the batch's %d feed entries: %w", len(b.rows), err)
+	for _, part := range consumer.Chunks(b.rows, 9) { // 9 columns a feed entry
+		if err := tx.LeadEvent.CreateBulk(part...).Exec(ctx); err != nil {
+			return fmt.Errorf("insert the batch's %d feed entries: %w", len(b.rows), err)
+		}
 	}
 	ids := consumer.SortedIDs(b.bumps)
 	// CASE id WHEN … THEN … END: one value per lead, in one statement.

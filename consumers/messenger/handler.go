@@ -196,8 +196,8 @@ func (h *handler) apply(ctx context.Context, tx *ent.Tx, chatID, messageID uuid.
 		inserts = append(inserts, tx.ChatParticipant.Create().
 			SetChatID(chatID).SetUserID(a.UserID).SetRole(a.Role).SetJoinedAt(now))
 	}
-	if len(inserts) > 0 {
-		if err := tx.ChatParticipant.CreateBulk(inserts...).Exec(ctx); err != nil {
+	for _, part := range consumer.Chunks(inserts, memberParams) {
+		if err := tx.ChatParticipant.CreateBulk(part...).Exec(ctx); err != nil {
 			return fmt.Errorf("add members to chat %s: %w", chatID, err)
 		}
 	}
@@ -208,11 +208,13 @@ func (h *handler) apply(ctx context.Context, tx *ent.Tx, chatID, messageID uuid.
 		for i, r := range d.Remove {
 			ids[i] = byUser[r.UserID].ID
 		}
-		if _, err := tx.ChatParticipant.Update().
-			Where(chatparticipant.IDIn(ids...), chatparticipant.RemovedAtIsNil()).
-			SetRemovedAt(now).
-			Save(ctx); err != nil {
-			return fmt.Errorf("remove members of chat %s: %w", chatID, err)
+		for _, part := range consumer.Chunks(ids, 1) {
+			if _, err := tx.ChatParticipant.Update().
+				Where(chatparticipant.IDIn(part...), chatparticipant.RemovedAtIsNil()).
+				SetRemovedAt(now).
+				Save(ctx); err != nil {
+				return fmt.Errorf("remove members of chat %s: %w", chatID, err)
+			}
 		}
 	}
 
@@ -228,8 +230,10 @@ func (h *handler) apply(ctx context.Context, tx *ent.Tx, chatID, messageID uuid.
 	for i, f := range facts {
 		events[i] = factRow(tx, chatID, messageID, s, f)
 	}
-	if err := tx.ChatEvent.CreateBulk(events...).Exec(ctx); err != nil {
-		return fmt.Errorf("write the feed of chat %s: %w", chatID, err)
+	for _, part := range consumer.Chunks(events, factParams) {
+		if err := tx.ChatEvent.CreateBulk(part...).Exec(ctx); err != nil {
+			return fmt.Errorf("write the feed of chat %s: %w", chatID, err)
+		}
 	}
 
 	// Realtime, persist-then-push: the outbox row is written with the

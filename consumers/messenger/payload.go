@@ -68,6 +68,11 @@ var knownChangeTypes = []string{
 // maxRoleLen is the width of the role columns (varchar(32)).
 const maxRoleLen = 32
 
+// MaxParticipants caps ActiveParticipants and Participants: a lead's chat
+// has a handful of members; a list of thousands is a producer's bug, not a
+// chat, and is refused as MSG_LEAD_PARTICIPANTS_INVALID.
+const MaxParticipants = 1000
+
 // canonical returns the spelling in known that matches v case-insensitively,
 // or v itself and false.
 func canonical(v string, known []string) (string, bool) {
@@ -123,6 +128,12 @@ func validate(p payload) (snapshot, error) {
 	}
 	if p.ChangedAt.IsZero() {
 		return s, CodeInvalid.Errorf("ChangedAt is missing")
+	}
+	if n := len(p.ActiveParticipants); n > MaxParticipants {
+		return s, CodeInvalid.Errorf("ActiveParticipants has %d members, more than %d", n, MaxParticipants)
+	}
+	if n := len(p.Participants); n > MaxParticipants {
+		return s, CodeInvalid.Errorf("Participants has %d changes, more than %d", n, MaxParticipants)
 	}
 	if len(p.ActiveParticipants) == 0 {
 		return s, CodeInvalid.Errorf("ActiveParticipants is empty (INV-CHAT-7: a lead chat keeps at least one member)")
@@ -183,5 +194,9 @@ func decode(m *consumer.Message) (snapshot, error) {
 		}
 		return snapshot{}, CodeInvalid.Wrap(err)
 	}
-	return validate(p)
+	s, err := validate(p)
+	if err != nil {
+		return s, err
+	}
+	return s, m.CheckTime("ChangedAt", s.ChangedAt)
 }

@@ -221,7 +221,7 @@ func (b *batch) flush(ctx context.Context) error {
 				SetID(r.ID).SetChatID(r.ChatID).SetUserID(r.UserID).SetRole(r.Role).
 				SetJoinedAt(r.JoinedAt).SetNillableRemovedAt(r.RemovedAt)
 		}
-		for _, part := range chunks(creates) {
+		for _, part := range consumer.Chunks(creates, memberParams) {
 			if err := b.tx.ChatParticipant.CreateBulk(part...).
 				OnConflictColumns(chatparticipant.FieldID).
 				Update(func(u *ent.ChatParticipantUpsert) { u.UpdateRole().UpdateJoinedAt().UpdateRemovedAt() }).
@@ -231,15 +231,17 @@ func (b *batch) flush(ctx context.Context) error {
 		}
 	}
 	if len(b.events) > 0 {
-		for _, part := range chunks(b.events) {
+		for _, part := range consumer.Chunks(b.events, factParams) {
 			if err := b.tx.ChatEvent.CreateBulk(part...).Exec(ctx); err != nil {
 				return fmt.Errorf("write the batch's %d feed facts: %w", len(b.events), err)
 			}
 		}
 	}
 	if len(b.pushes) > 0 {
-		if err := b.tx.ChatPush.CreateBulk(b.pushes...).Exec(ctx); err != nil {
-			return fmt.Errorf("write the batch's %d chat_updates rows: %w", len(b.pushes), err)
+		for _, part := range consumer.Chunks(b.pushes, pushParams) {
+			if err := b.tx.ChatPush.CreateBulk(part...).Exec(ctx); err != nil {
+				return fmt.Errorf("write the batch's %d chat_updates rows: %w", len(b.pushes), err)
+			}
 		}
 		// Persist-then-push, as on its own: queued now, delivered by
 		// PostgreSQL when the transaction commits, dropped if it does not.
@@ -314,16 +316,11 @@ func (b *batch) claimChats(ctx context.Context) error {
 	return nil
 }
 
-// maxRowsPerInsert keeps a multi-row INSERT under PostgreSQL's 65,535 bind
-// parameters (a chat_events row has 7) however large the batch's diffs.
-const maxRowsPerInsert = 2000
-
-// chunks splits rows into INSERTs of at most maxRowsPerInsert rows.
-func chunks[T any](rows []T) [][]T {
-	var out [][]T
-	for len(rows) > maxRowsPerInsert {
-		out = append(out, rows[:maxRowsPerInsert])
-		rows = rows[maxRowsPerInsert:]
-	}
-	return append(out, rows)
-}
+// Bind parameters per row of the bulk statements (consumer.Chunks): a
+// member row (id, chat, user, role, joined_at, removed_at), a feed fact
+// (with its id and every column), a chat_updates row.
+const (
+	memberParams = 6
+	factParams   = 9
+	pushParams   = 5
+)

@@ -103,7 +103,11 @@ func decodeCreated(m *consumer.Message) (BondCreated, error) {
 	if err != nil {
 		return BondCreated{}, err
 	}
-	return w.validate()
+	p, err := w.validate()
+	if err != nil {
+		return p, err
+	}
+	return p, m.CheckTime("BoundAt", p.BoundAt)
 }
 
 // decodeClosed reads and validates a bond-closed payload.

@@ -156,8 +156,10 @@ func (rs *rows) flush(ctx context.Context) error {
 		for i, id := range ids {
 			creates[i] = createRow(rs.tx, rs.byID[id])
 		}
-		if err := rs.tx.ReferralBondReplica.CreateBulk(creates...).Exec(ctx); err != nil {
-			return fmt.Errorf("insert the batch's %d bonds: %w", len(ids), err)
+		for _, part := range consumer.Chunks(creates, 8) { // 8 columns a bond
+			if err := rs.tx.ReferralBondReplica.CreateBulk(part...).Exec(ctx); err != nil {
+				return fmt.Errorf("insert the batch's %d bonds: %w", len(ids), err)
+			}
 		}
 	}
 	return nil

@@ -217,6 +217,7 @@ var (
 		{Name: "reason", Type: field.TypeString, SchemaType: map[string]string{"postgres": "text"}},
 		{Name: "attempts", Type: field.TypeInt},
 		{Name: "schedule_step", Type: field.TypeInt, Default: "0"},
+		{Name: "unexpected_failures", Type: field.TypeInt, Default: "0"},
 		{Name: "next_attempt_at", Type: field.TypeTime},
 		{Name: "created_at", Type: field.TypeTime, Default: schema.Expr("now()")},
 		{Name: "updated_at", Type: field.TypeTime, Default: schema.Expr("now()")},
@@ -235,7 +236,7 @@ var (
 			{
 				Name:    "ix_parked_messages_due",
 				Unique:  false,
-				Columns: []*schema.Column{ParkedMessagesColumns[1], ParkedMessagesColumns[14]},
+				Columns: []*schema.Column{ParkedMessagesColumns[1], ParkedMessagesColumns[15]},
 			},
 		},
 	}
@@ -342,6 +343,7 @@ func init() {
 	ParkedMessagesTable.Annotation.Checks = map[string]string{
 		"ck_parked_messages_attempts":      "attempts >= 1",
 		"ck_parked_messages_schedule_step": "schedule_step >= 0",
+		"ck_parked_messages_unexpected":    "unexpected_failures >= 0",
 	}
 	ProcessedMessagesTable.Annotation = &entsql.Annotation{
 		Table: "processed_messages",

@@ -40,6 +40,8 @@ const (
 	FieldAttempts = "attempts"
 	// FieldScheduleStep holds the string denoting the schedule_step field in the database.
 	FieldScheduleStep = "schedule_step"
+	// FieldUnexpectedFailures holds the string denoting the unexpected_failures field in the database.
+	FieldUnexpectedFailures = "unexpected_failures"
 	// FieldNextAttemptAt holds the string denoting the next_attempt_at field in the database.
 	FieldNextAttemptAt = "next_attempt_at"
 	// FieldCreatedAt holds the string denoting the created_at field in the database.
@@ -66,6 +68,7 @@ var Columns = []string{
 	FieldReason,
 	FieldAttempts,
 	FieldScheduleStep,
+	FieldUnexpectedFailures,
 	FieldNextAttemptAt,
 	FieldCreatedAt,
 	FieldUpdatedAt,
@@ -84,6 +87,8 @@ func ValidColumn(column string) bool {
 var (
 	// DefaultScheduleStep holds the default value on creation for the "schedule_step" field.
 	DefaultScheduleStep int
+	// DefaultUnexpectedFailures holds the default value on creation for the "unexpected_failures" field.
+	DefaultUnexpectedFailures int
 	// DefaultCreatedAt holds the default value on creation for the "created_at" field.
 	DefaultCreatedAt func() time.Time
 	// DefaultUpdatedAt holds the default value on creation for the "updated_at" field.
@@ -148,6 +153,11 @@ func ByAttempts(opts ...sql.OrderTermOption) OrderOption {
 // ByScheduleStep orders the results by the schedule_step field.
 func ByScheduleStep(opts ...sql.OrderTermOption) OrderOption {
 	return sql.OrderByField(FieldScheduleStep, opts...).ToFunc()
+}
+
+// ByUnexpectedFailures orders the results by the unexpected_failures field.
+func ByUnexpectedFailures(opts ...sql.OrderTermOption) OrderOption {
+	return sql.OrderByField(FieldUnexpectedFailures, opts...).ToFunc()
 }
 
 // ByNextAttemptAt orders the results by the next_attempt_at field.

@@ -115,6 +115,11 @@ func ScheduleStep(v int) predicate.ParkedMessage {
 	return predicate.ParkedMessage(sql.FieldEQ(FieldScheduleStep, v))
 }
 
+// UnexpectedFailures applies equality check predicate on the "unexpected_failures" field. It's identical to UnexpectedFailuresEQ.
+func UnexpectedFailures(v int) predicate.ParkedMessage {
+	return predicate.ParkedMessage(sql.FieldEQ(FieldUnexpectedFailures, v))
+}
+
 // NextAttemptAt applies equality check predicate on the "next_attempt_at" field. It's identical to NextAttemptAtEQ.
 func NextAttemptAt(v time.Time) predicate.ParkedMessage {
 	return predicate.ParkedMessage(sql.FieldEQ(FieldNextAttemptAt, v))
@@ -763,6 +768,46 @@ func ScheduleStepLT(v int) predicate.ParkedMessage {
 // ScheduleStepLTE applies the LTE predicate on the "schedule_step" field.
 func ScheduleStepLTE(v int) predicate.ParkedMessage {
 	return predicate.ParkedMessage(sql.FieldLTE(FieldScheduleStep, v))
+}
+
+// UnexpectedFailuresEQ applies the EQ predicate on the "unexpected_failures" field.
+func UnexpectedFailuresEQ(v int) predicate.ParkedMessage {
+	return predicate.ParkedMessage(sql.FieldEQ(FieldUnexpectedFailures, v))
+}
+
+// UnexpectedFailuresNEQ applies the NEQ predicate on the "unexpected_failures" field.
+func UnexpectedFailuresNEQ(v int) predicate.ParkedMessage {
+	return predicate.ParkedMessage(sql.FieldNEQ(FieldUnexpectedFailures, v))
+}
+
+// UnexpectedFailuresIn applies the In predicate on the "unexpected_failures" field.
+func UnexpectedFailuresIn(vs ...int) predicate.ParkedMessage {
+	return predicate.ParkedMessage(sql.FieldIn(FieldUnexpectedFailures, vs...))
+}
+
+// UnexpectedFailuresNotIn applies the NotIn predicate on the "unexpected_failures" field.
+func UnexpectedFailuresNotIn(vs ...int) predicate.ParkedMessage {
+	return predicate.ParkedMessage(sql.FieldNotIn(FieldUnexpectedFailures, vs...))
+}
+
+// UnexpectedFailuresGT applies the GT predicate on the "unexpected_failures" field.
+func UnexpectedFailuresGT(v int) predicate.ParkedMessage {
+	return predicate.ParkedMessage(sql.FieldGT(FieldUnexpectedFailures, v))
+}
+
+// UnexpectedFailuresGTE applies the GTE predicate on the "unexpected_failures" field.
+func UnexpectedFailuresGTE(v int) predicate.ParkedMessage {
+	return predicate.ParkedMessage(sql.FieldGTE(FieldUnexpectedFailures, v))
+}
+
+// UnexpectedFailuresLT applies the LT predicate on the "unexpected_failures" field.
+func UnexpectedFailuresLT(v int) predicate.ParkedMessage {
+	return predicate.ParkedMessage(sql.FieldLT(FieldUnexpectedFailures, v))
+}
+
+// UnexpectedFailuresLTE applies the LTE predicate on the "unexpected_failures" field.
+func UnexpectedFailuresLTE(v int) predicate.ParkedMessage {
+	return predicate.ParkedMessage(sql.FieldLTE(FieldUnexpectedFailures, v))
 }
 
 // NextAttemptAtEQ applies the EQ predicate on the "next_attempt_at" field.
