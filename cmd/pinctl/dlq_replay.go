@@ -24,13 +24,16 @@ type dlqReplayOptions struct {
 	MaxReplays     int           // refuse a message whose x-replay-count is already ≥ this
 	Timeout        time.Duration // for every delivery to be confirmed
 	Now            func() time.Time
+	// Confirm is asked once the selection is known and the plan printed
+	// (not in a dry run); nil: no question.
+	Confirm func() (bool, error)
 }
 
 // replayCounts is what a replay did.
 type replayCounts struct {
 	Selected int // matched the filter
 	Replayed int // delivered to the source topic (would be, in a dry run)
-	Refused  int // replayed MaxReplays times already
+	Refused  int // replayed MaxReplays times already, or without its value (see valueMissing)
 	Failed   int // not delivered, or not replayable (no source topic)
 }
 
@@ -85,10 +88,73 @@ func replayMessage(r *dlqRecord, count int, now time.Time) (*kafka.Message, erro
 	}, nil
 }
 
+// valueMissing says why a DLQ message cannot be replayed for want of its
+// value, "" when it has one. A dead letter too large for the DLQ is
+// published without its value (consumer.HeaderValueOmitted): produced as
+// it is, it would land on the source topic as a tombstone (a null value),
+// and so would any message without a value.
+func valueMissing(r *dlqRecord) string {
+	for _, h := range r.Headers {
+		if h.Key == consumer.HeaderValueOmitted {
+			return fmt.Sprintf("its value was too large for the DLQ and left out of it (%s: %s bytes)",
+				consumer.HeaderValueOmitted, printable(string(h.Value)))
+		}
+	}
+	if len(r.Value) == 0 {
+		return "it has no value"
+	}
+	return ""
+}
+
+// recoveryHint says where the original of a dead letter is (its source
+// topic, partition and offset) and how to read it from there. A command
+// line is given only when the headers hold a legal topic name and numbers,
+// so that it can be pasted as it is.
+func recoveryHint(r *dlqRecord, brokers string) string {
+	topic := r.header(consumer.HeaderSourceTopic)
+	p, perr := strconv.ParseInt(r.header(consumer.HeaderOriginalPartition), 10, 32)
+	off, oerr := strconv.ParseInt(r.header(consumer.HeaderOriginalOffset), 10, 64)
+	if !kafkaTopicName(topic) || perr != nil || p < 0 || oerr != nil || off < 0 {
+		return fmt.Sprintf("its headers do not say where the original is (%s %s, %s %s, %s %s)",
+			consumer.HeaderSourceTopic, strconv.Quote(topic),
+			consumer.HeaderOriginalPartition, strconv.Quote(r.header(consumer.HeaderOriginalPartition)),
+			consumer.HeaderOriginalOffset, strconv.Quote(r.header(consumer.HeaderOriginalOffset)))
+	}
+	return fmt.Sprintf("recover the original from %s partition %d offset %d while the topic's retention keeps it: kcat -C -b %s -t %s -p %d -o %d -c 1",
+		topic, p, off, shellWord(brokers), topic, p, off)
+}
+
+// kafkaTopicName reports whether s is a legal Kafka topic name: 1 to 249
+// of [a-zA-Z0-9._-].
+func kafkaTopicName(s string) bool {
+	if s == "" || len(s) > 249 {
+		return false
+	}
+	for _, c := range []byte(s) {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '_' || c == '-') {
+			return false
+		}
+	}
+	return true
+}
+
+// shellWord is s as one word of a POSIX shell command line: as it is when
+// it holds no character the shell would interpret, single-quoted otherwise.
+func shellWord(s string) string {
+	if s != "" && !strings.ContainsFunc(s, func(r rune) bool {
+		return !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune("._-:,/@+=%", r))
+	}) {
+		return s
+	}
+	return printable("'" + strings.ReplaceAll(s, "'", `'\''`) + "'")
+}
+
 // describeJob is one line about a DLQ message and where it goes.
 func describeJob(r *dlqRecord, m *kafka.Message) string {
 	id := "unreadable envelope"
-	if env, err := summarizeEnvelope(r.Value); err == nil {
+	if len(r.Value) == 0 {
+		id = "no value"
+	} else if env, err := summarizeEnvelope(r.Value); err == nil {
 		id = "MessageId " + env.MessageID
 	}
 	s := fmt.Sprintf("p%d@%d %s (%s, key %s)", r.Partition, r.Offset, dlqOrDash(r.header(consumer.HeaderErrorCode)), id, dlqPrintable(r.Key))
@@ -123,6 +189,12 @@ func replayDLQ(ctx context.Context, o dlqReplayOptions, out io.Writer, bar *repl
 	var jobs []replayJob
 	err := readDLQ(ctx, o.Brokers, o.Topic, o.Filter, func(r *dlqRecord) bool {
 		c.Selected++
+		if why := valueMissing(r); why != "" {
+			c.Refused++
+			fmt.Fprintf(out, "refused  %s: %s, and replayed it would be a tombstone on its source topic; %s\n",
+				describeJob(r, nil), why, recoveryHint(r, o.Brokers))
+			return true
+		}
 		n, err := r.replayCount()
 		if err != nil {
 			c.Failed++
@@ -306,8 +378,10 @@ func dlqReplayCmd(ctx context.Context, args []string, stdout, stderr io.Writer) 
 			"x-source-topic, x-consumer-group and x-attempts headers, plus x-replay-count\n"+
 			"(previous + 1) and x-replayed-at. Idempotent producer, acks=all, every delivery\n"+
 			"confirmed. A message already replayed --max-replays times is refused (counted,\n"+
-			"not an error). Exit 1 when any delivery failed. Safe to repeat: the consumers\n"+
-			"are idempotent by MessageId.")
+			"not an error), and so is one without its value (x-dlq-value-omitted: too large\n"+
+			"for the DLQ), which would be a tombstone: its line says where the original is.\n"+
+			"Exit 1 when any delivery failed. Safe to repeat: the consumers are idempotent\n"+
+			"by MessageId.")
 	fs.SetOutput(stderr)
 	brokers := opBrokersFlag(fs)
 	topic := fs.String("topic", "", "DLQ topic (required), e.g. pin.crm.selections-dlq.v1")

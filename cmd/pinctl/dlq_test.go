@@ -37,6 +37,7 @@ type deadLetter struct {
 	key          string
 	extra        map[string]string // original headers, x-replay-count, …
 	noSource     bool              // without x-source-topic
+	noValue      bool              // published without its value (a null value)
 }
 
 func (d deadLetter) value() []byte {
@@ -73,7 +74,11 @@ func (d deadLetter) message() kafkatest.Message {
 	for k, v := range d.extra {
 		h[k] = v
 	}
-	return kafkatest.Message{Partition: d.dlqPartition, Key: []byte(d.key), Value: d.value(), Headers: h}
+	m := kafkatest.Message{Partition: d.dlqPartition, Key: []byte(d.key), Value: d.value(), Headers: h}
+	if d.noValue {
+		m.Value = nil
+	}
+	return m
 }
 
 func newDLQCluster(t *testing.T, dls ...deadLetter) *kafkatest.Cluster {
@@ -377,6 +382,75 @@ func TestDLQReplay(t *testing.T) {
 		if ms := readSource(t, kc, 2); kafkatest.Header(ms[1], headerReplayCount) != "4" {
 			t.Fatalf("x-replay-count %q, want 4", kafkatest.Header(ms[1], headerReplayCount))
 		}
+	})
+
+	t.Run("a dead letter without its value is refused, never produced, and the others go on", func(t *testing.T) {
+		t.Parallel()
+		// As the runtime publishes a dead letter too large for the DLQ: no
+		// value, x-dlq-value-omitted holding the original size.
+		omitted := deadLetter{dlqPartition: 0, srcPartition: 2, srcOffset: 40, code: "CODE_A", attempts: 7, id: uuid.New(), key: "too large",
+			noValue: true, extra: map[string]string{consumer.HeaderValueOmitted: "2097152"}}
+		fine := deadLetter{dlqPartition: 0, srcPartition: 1, srcOffset: 41, code: "CODE_A", attempts: 7, id: uuid.New(), key: "fine"}
+		kc := newDLQCluster(t, omitted, fine)
+		c, out, err := replay(t, kc, dlqReplayOptions{})
+		if err != nil || c != (replayCounts{Selected: 2, Replayed: 1, Refused: 1}) {
+			t.Fatalf("replay: %v, %v\n%s", c, err, out)
+		}
+		var refused []string
+		for _, l := range strings.Split(out, "\n") {
+			if strings.HasPrefix(l, "refused") {
+				refused = append(refused, l)
+			}
+		}
+		if len(refused) != 1 {
+			t.Fatalf("%d refused lines, want 1:\n%s", len(refused), out)
+		}
+		for _, want := range []string{
+			"refused  p0@0 CODE_A", "key too large",
+			consumer.HeaderValueOmitted + ": 2097152 bytes", "tombstone",
+			testSource + " partition 2 offset 40",
+			"kcat -C -b " + kc.Bootstrap + " -t " + testSource + " -p 2 -o 40 -c 1",
+		} {
+			if !strings.Contains(refused[0], want) {
+				t.Errorf("the refused line lacks %q:\n%s", want, refused[0])
+			}
+		}
+		// The source topic got the other one only: nothing on partition 2.
+		m := readSource(t, kc, 1)[0]
+		if string(m.Key) != "fine" || m.TopicPartition.Partition != 1 || !bytes.Equal(m.Value, fine.value()) {
+			t.Fatalf("replayed %q to partition %d, want fine to partition 1", m.Key, m.TopicPartition.Partition)
+		}
+
+		// A dry run refuses it too; the command line counts it and exits 0
+		// (a refusal is not a failure).
+		c, out, err = replay(t, kc, dlqReplayOptions{DryRun: true})
+		if err != nil || c != (replayCounts{Selected: 2, Replayed: 1, Refused: 1}) || !strings.Contains(out, "refused  p0@0") {
+			t.Fatalf("dry run: %v, %v\n%s", c, err, out)
+		}
+		var cmdOut bytes.Buffer
+		if err := dlqReplayCmd(context.Background(), []string{"--brokers", kc.Bootstrap, "--topic", testDLQ, "--offset-range", "0-0"}, &cmdOut, &cmdOut); err != nil {
+			t.Fatalf("dlq replay: %v\n%s", err, cmdOut.String())
+		}
+		if !strings.Contains(cmdOut.String(), "selected 1, replayed 0, refused 1, failed 0") {
+			t.Errorf("counts:\n%s", cmdOut.String())
+		}
+		readSource(t, kc, 1)
+	})
+
+	t.Run("a dead letter with no value at all is refused; headers that do not say where its original is give no command", func(t *testing.T) {
+		t.Parallel()
+		bare := deadLetter{dlqPartition: 1, srcPartition: 0, srcOffset: 9, code: "CODE_A", id: uuid.New(), key: "bare", noValue: true,
+			extra: map[string]string{consumer.HeaderOriginalOffset: "9; rm -rf ~"}}
+		kc := newDLQCluster(t, bare)
+		c, out, err := replay(t, kc, dlqReplayOptions{})
+		if err != nil || c != (replayCounts{Selected: 1, Refused: 1}) {
+			t.Fatalf("replay: %v, %v\n%s", c, err, out)
+		}
+		if !strings.Contains(out, "refused  p1@0 CODE_A") || !strings.Contains(out, "it has no value") ||
+			!strings.Contains(out, `x-original-offset "9; rm -rf ~"`) || strings.Contains(out, "kcat") {
+			t.Errorf("refused line:\n%s", out)
+		}
+		readSource(t, kc, 0)
 	})
 
 	t.Run("a dry run produces nothing", func(t *testing.T) {

@@ -6,8 +6,24 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strconv"
 	"strings"
+	"unicode/utf8"
 )
+
+// printable is s as it may be shown on a terminal: unchanged when it is
+// valid UTF-8 made of printable characters only (strconv.IsPrint: letters,
+// marks, numbers, punctuation, symbols and the ASCII space), else quoted and
+// escaped as a Go string literal (strconv.Quote). No control character
+// (ESC, CR, LF, NUL, DEL, the C1 set), format character (a bidi override)
+// or invalid byte of s reaches the terminal, so a message cannot move the
+// cursor, clear the screen or start a line of its own.
+func printable(s string) string {
+	if utf8.ValidString(s) && !strings.ContainsFunc(s, func(r rune) bool { return !strconv.IsPrint(r) }) {
+		return s
+	}
+	return strconv.Quote(s)
+}
 
 // confirmation is how a command that changes something (group reset, dlq
 // replay) gets the operator's go-ahead once it has printed what it will do.
