@@ -37,7 +37,7 @@ var dlqCommands = []command{
 		return dlqListCmd(ctx, args, os.Stdout, os.Stderr)
 	}},
 	{name: "replay", summary: "re-produce DLQ messages to their source topic and partition", run: func(ctx context.Context, args []string) error {
-		return dlqReplayCmd(ctx, args, os.Stdout, os.Stderr)
+		return dlqReplayCmd(ctx, args, os.Stdin, os.Stdout, os.Stderr)
 	}},
 }
 

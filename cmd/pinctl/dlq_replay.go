@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -231,6 +233,20 @@ func replayDLQ(ctx context.Context, o dlqReplayOptions, out io.Writer, bar *repl
 	if len(jobs) == 0 {
 		return c, nil
 	}
+	plan := fmt.Sprintf("replay %d message(s) from %s to %s", len(jobs), o.Topic, replayTargets(jobs))
+	if c.Refused+c.Failed > 0 {
+		plan += fmt.Sprintf(" (not the %d refused and %d failed above)", c.Refused, c.Failed)
+	}
+	fmt.Fprintln(out, plan)
+	if o.Confirm != nil {
+		yes, err := o.Confirm()
+		if err != nil {
+			return c, fmt.Errorf("dlq replay: %w", err)
+		}
+		if !yes {
+			return c, errors.New("dlq replay: not confirmed: nothing produced")
+		}
+	}
 	delivered, failed, err := produceReplays(ctx, o.Brokers, jobs, o.Timeout, out, func(ok, bad int) {
 		if bar != nil {
 			bar.set(ok+bad, len(jobs), ok, c.Refused, c.Failed+bad)
@@ -245,6 +261,32 @@ func replayDLQ(ctx context.Context, o dlqReplayOptions, out io.Writer, bar *repl
 		return c, fmt.Errorf("dlq replay: %w", err)
 	}
 	return c, nil
+}
+
+// replayTargets names the topics and partitions jobs go to:
+// "pin.a.v1 partitions 0, 2", several topics joined by "; ".
+func replayTargets(jobs []replayJob) string {
+	parts := map[string]map[int32]bool{}
+	for _, j := range jobs {
+		t := *j.msg.TopicPartition.Topic
+		if parts[t] == nil {
+			parts[t] = map[int32]bool{}
+		}
+		parts[t][j.msg.TopicPartition.Partition] = true
+	}
+	var out []string
+	for _, t := range slices.Sorted(maps.Keys(parts)) {
+		var ps []string
+		for _, p := range slices.Sorted(maps.Keys(parts[t])) {
+			ps = append(ps, strconv.Itoa(int(p)))
+		}
+		word := "partitions"
+		if len(ps) == 1 {
+			word = "partition"
+		}
+		out = append(out, fmt.Sprintf("%s %s %s", printable(t), word, strings.Join(ps, ", ")))
+	}
+	return strings.Join(out, "; ")
 }
 
 // produceReplays produces jobs in order and waits for each delivery report
@@ -370,8 +412,8 @@ func dlqIsTerminal(f *os.File) bool {
 	return isatty.IsTerminal(f.Fd()) || isatty.IsCygwinTerminal(f.Fd())
 }
 
-func dlqReplayCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlags("dlq replay", "dlq replay --topic T [--brokers B] [--code C] [--since T|D] [--offset-range a-b] [--partition P] [--max-replays N] [--dry-run]",
+func dlqReplayCmd(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) error {
+	fs := newFlags("dlq replay", "dlq replay --topic T [--brokers B] [--code C] [--since T|D] [--offset-range a-b] [--partition P] [--max-replays N] [--yes] [--dry-run]",
 		"Re-produces the selected messages of a DLQ topic to their source topic\n"+
 			"(x-source-topic) and original partition (x-original-partition), with the\n"+
 			"original key, value and headers minus the x-dlq-*, x-original-*,\n"+
@@ -380,13 +422,16 @@ func dlqReplayCmd(ctx context.Context, args []string, stdout, stderr io.Writer) 
 			"confirmed. A message already replayed --max-replays times is refused (counted,\n"+
 			"not an error), and so is one without its value (x-dlq-value-omitted: too large\n"+
 			"for the DLQ), which would be a tombstone: its line says where the original is.\n"+
-			"Exit 1 when any delivery failed. Safe to repeat: the consumers are idempotent\n"+
-			"by MessageId.")
+			"Prints how many messages go from the DLQ to which topic and asks for\n"+
+			"confirmation on a terminal unless --yes is given; elsewhere --yes is required\n"+
+			"(not with --dry-run). Exit 1 when any delivery failed or the replay was not\n"+
+			"confirmed. Safe to repeat: the consumers are idempotent by MessageId.")
 	fs.SetOutput(stderr)
 	brokers := opBrokersFlag(fs)
 	topic := fs.String("topic", "", "DLQ topic (required), e.g. pin.crm.selections-dlq.v1")
 	ff := addDLQFilterFlags(fs)
 	dryRun := fs.Bool("dry-run", false, "print what would be replayed; produce nothing")
+	yes := fs.Bool("yes", false, "do not ask for confirmation")
 	maxReplays := fs.Int("max-replays", 3, "refuse a message whose x-replay-count is already this or more")
 	timeout := fs.Duration("timeout", time.Minute, "how long to wait for every delivery to be confirmed")
 	if _, err := parseArgs(fs, args, 0, 0); err != nil {
@@ -408,12 +453,21 @@ func dlqReplayCmd(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	if err != nil {
 		return err
 	}
+	o := dlqReplayOptions{Brokers: *brokers, Topic: *topic, Filter: f, DryRun: *dryRun, MaxReplays: *maxReplays, Timeout: *timeout}
+	if !*dryRun {
+		ask, err := confirmation("dlq replay", *yes, stdin, stdout)
+		if err != nil {
+			return err
+		}
+		if ask != nil {
+			o.Confirm = func() (bool, error) { return ask("produce these messages to their source topic?") }
+		}
+	}
 	var bar *replayBar
 	if f, ok := stderr.(*os.File); ok && !*dryRun && dlqIsTerminal(f) {
 		bar = newReplayBar(stderr)
 	}
-	c, err := replayDLQ(ctx, dlqReplayOptions{Brokers: *brokers, Topic: *topic, Filter: f, DryRun: *dryRun,
-		MaxReplays: *maxReplays, Timeout: *timeout}, stdout, bar)
+	c, err := replayDLQ(ctx, o, stdout, bar)
 	if *dryRun {
 		fmt.Fprintf(stdout, "dry run: selected %d, would replay %d, refused %d, failed %d\n", c.Selected, c.Replayed, c.Refused, c.Failed)
 	} else {

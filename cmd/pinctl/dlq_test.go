@@ -274,8 +274,9 @@ func TestDLQFlags(t *testing.T) {
 		{"--brokers", "b", "--topic", "t", "--since", "soon"}, // bad since
 		{"--brokers", "b", "--topic", "t", "--max-replays", "0"},
 		{"--brokers", "b", "--topic", "t", "--offset-range", "7"},
+		{"--brokers", "b", "--topic", "t"}, // no --yes, stdin not a terminal
 	} {
-		err := dlqReplayCmd(context.Background(), args, new(bytes.Buffer), new(bytes.Buffer))
+		err := dlqReplayCmd(context.Background(), args, strings.NewReader("y\n"), new(bytes.Buffer), new(bytes.Buffer))
 		var ue usageError
 		if !errors.As(err, &ue) {
 			t.Errorf("dlq replay %q: error %v, want a usage error", args, err)
@@ -428,7 +429,8 @@ func TestDLQReplay(t *testing.T) {
 			t.Fatalf("dry run: %v, %v\n%s", c, err, out)
 		}
 		var cmdOut bytes.Buffer
-		if err := dlqReplayCmd(context.Background(), []string{"--brokers", kc.Bootstrap, "--topic", testDLQ, "--offset-range", "0-0"}, &cmdOut, &cmdOut); err != nil {
+		if err := dlqReplayCmd(context.Background(), []string{"--brokers", kc.Bootstrap, "--topic", testDLQ, "--offset-range", "0-0", "--yes"},
+			strings.NewReader(""), &cmdOut, &cmdOut); err != nil {
 			t.Fatalf("dlq replay: %v\n%s", err, cmdOut.String())
 		}
 		if !strings.Contains(cmdOut.String(), "selected 1, replayed 0, refused 1, failed 0") {
@@ -451,6 +453,49 @@ func TestDLQReplay(t *testing.T) {
 			t.Errorf("refused line:\n%s", out)
 		}
 		readSource(t, kc, 0)
+	})
+
+	t.Run("confirmation: --yes produces without a question; without a terminal and --yes nothing is produced; a dry run needs none", func(t *testing.T) {
+		t.Parallel()
+		d := deadLetter{dlqPartition: 1, srcPartition: 0, srcOffset: 3, code: "CODE_A", id: uuid.New(), key: "k"}
+		kc := newDLQCluster(t, d, d)
+		cmd := func(stdin string, args ...string) (string, error) {
+			var out bytes.Buffer
+			err := dlqReplayCmd(context.Background(), append([]string{"--brokers", kc.Bootstrap, "--topic", testDLQ}, args...),
+				strings.NewReader(stdin), &out, &out)
+			return out.String(), err
+		}
+
+		// A script (stdin not a terminal) that does not say --yes: refused
+		// before anything is read or produced, even with "y" on stdin.
+		out, err := cmd("y\n")
+		var ue usageError
+		if !errors.As(err, &ue) || !strings.Contains(err.Error(), "--yes") {
+			t.Fatalf("dlq replay without --yes, stdin not a terminal: error %v, want a usage error naming --yes\n%s", err, out)
+		}
+		readSource(t, kc, 0)
+
+		out, err = cmd("", "--dry-run")
+		if err != nil || strings.Contains(out, "[y/N]") || !strings.Contains(out, "would replay 2") {
+			t.Fatalf("dlq replay --dry-run: %v\n%s", err, out)
+		}
+		readSource(t, kc, 0)
+
+		// A Confirm that says no: nothing produced.
+		no := func() (bool, error) { return false, nil }
+		c, out, err := replay(t, kc, dlqReplayOptions{Confirm: no})
+		if err == nil || !strings.Contains(err.Error(), "not confirmed") || c.Replayed != 0 ||
+			!strings.Contains(out, "replay 2 message(s) from "+testDLQ+" to "+testSource+" partition 0\n") {
+			t.Fatalf("replay not confirmed: %v, %v\n%s", c, err, out)
+		}
+		readSource(t, kc, 0)
+
+		out, err = cmd("", "--yes")
+		if err != nil || strings.Contains(out, "[y/N]") || !strings.Contains(out, "replay 2 message(s) from "+testDLQ+" to "+testSource+" partition 0") ||
+			!strings.Contains(out, "selected 2, replayed 2, refused 0, failed 0") {
+			t.Fatalf("dlq replay --yes: %v\n%s", err, out)
+		}
+		readSource(t, kc, 2)
 	})
 
 	t.Run("a dry run produces nothing", func(t *testing.T) {
@@ -498,7 +543,8 @@ func TestDLQReplay(t *testing.T) {
 			deadLetter{dlqPartition: 0, srcPartition: 7, code: "CODE_A", id: uuid.New(), key: "no such partition"},
 			deadLetter{dlqPartition: 0, srcPartition: 0, code: "CODE_A", id: uuid.New(), key: "no source", noSource: true})
 		var out, errOut bytes.Buffer
-		err := dlqReplayCmd(context.Background(), []string{"--brokers", kc.Bootstrap, "--topic", testDLQ, "--timeout", "5s"}, &out, &errOut)
+		err := dlqReplayCmd(context.Background(), []string{"--brokers", kc.Bootstrap, "--topic", testDLQ, "--timeout", "5s", "--yes"},
+			strings.NewReader(""), &out, &errOut)
 		if err == nil || exitCode(new(bytes.Buffer), err) != 1 {
 			t.Fatalf("dlq replay: error %v, want exit 1\n%s", err, out.String())
 		}
