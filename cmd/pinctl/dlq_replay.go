@@ -132,26 +132,26 @@ func kafkaTopicName(s string) bool {
 	if s == "" || len(s) > 249 {
 		return false
 	}
-	for _, c := range []byte(s) {
-		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '_' || c == '-') {
-			return false
-		}
-	}
-	return true
+	return !strings.ContainsFunc(s, func(r rune) bool { return !asciiWordChar(r, "._-") })
+}
+
+// asciiWordChar reports whether r is an ASCII letter or digit or one of
+// others.
+func asciiWordChar(r rune, others string) bool {
+	return r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune(others, r)
 }
 
 // shellWord is s as one word of a POSIX shell command line: as it is when
 // it holds no character the shell would interpret, single-quoted otherwise.
 func shellWord(s string) string {
-	if s != "" && !strings.ContainsFunc(s, func(r rune) bool {
-		return !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune("._-:,/@+=%", r))
-	}) {
+	if s != "" && !strings.ContainsFunc(s, func(r rune) bool { return !asciiWordChar(r, "._-:,/@+=%") }) {
 		return s
 	}
 	return printable("'" + strings.ReplaceAll(s, "'", `'\''`) + "'")
 }
 
-// describeJob is one line about a DLQ message and where it goes.
+// describeJob is one line about a DLQ message and where it goes, its
+// fields printable.
 func describeJob(r *dlqRecord, m *kafka.Message) string {
 	id := "unreadable envelope"
 	if len(r.Value) == 0 {
@@ -159,9 +159,9 @@ func describeJob(r *dlqRecord, m *kafka.Message) string {
 	} else if env, err := summarizeEnvelope(r.Value); err == nil {
 		id = "MessageId " + env.MessageID
 	}
-	s := fmt.Sprintf("p%d@%d %s (%s, key %s)", r.Partition, r.Offset, dlqOrDash(r.header(consumer.HeaderErrorCode)), id, dlqPrintable(r.Key))
+	s := fmt.Sprintf("p%d@%d %s (%s, key %s)", r.Partition, r.Offset, dlqOrDash(printable(r.header(consumer.HeaderErrorCode))), id, dlqPrintable(r.Key))
 	if m != nil {
-		s += fmt.Sprintf(" → %s p%d", *m.TopicPartition.Topic, m.TopicPartition.Partition)
+		s += fmt.Sprintf(" → %s p%d", printable(*m.TopicPartition.Topic), m.TopicPartition.Partition)
 	}
 	return s
 }
@@ -200,7 +200,7 @@ func replayDLQ(ctx context.Context, o dlqReplayOptions, out io.Writer, bar *repl
 		n, err := r.replayCount()
 		if err != nil {
 			c.Failed++
-			fmt.Fprintf(out, "failed   %s: %v\n", describeJob(r, nil), err)
+			fmt.Fprintf(out, "failed   %s: %s\n", describeJob(r, nil), printable(err.Error()))
 			return true
 		}
 		if n >= o.MaxReplays {
@@ -214,7 +214,7 @@ func replayDLQ(ctx context.Context, o dlqReplayOptions, out io.Writer, bar *repl
 		}
 		if err != nil {
 			c.Failed++
-			fmt.Fprintf(out, "failed   %s: cannot replay: %v\n", describeJob(r, nil), err)
+			fmt.Fprintf(out, "failed   %s: cannot replay: %s\n", describeJob(r, nil), printable(err.Error()))
 			return true
 		}
 		if o.DryRun {
@@ -331,7 +331,7 @@ func produceReplays(ctx context.Context, brokers string, jobs []replayJob, timeo
 			if j != nil {
 				what = describeJob(j.from, j.msg)
 			}
-			fmt.Fprintf(out, "failed   %s: %v\n", what, m.TopicPartition.Error)
+			fmt.Fprintf(out, "failed   %s: %s\n", what, printable(m.TopicPartition.Error.Error()))
 		} else {
 			ok++
 		}
@@ -364,7 +364,7 @@ func produceReplays(ctx context.Context, brokers string, jobs []replayJob, timeo
 				continue
 			}
 			bad++
-			fmt.Fprintf(out, "failed   %s: %v\n", describeJob(jobs[i].from, jobs[i].msg), perr)
+			fmt.Fprintf(out, "failed   %s: %s\n", describeJob(jobs[i].from, jobs[i].msg), printable(perr.Error()))
 			progress(ok, bad)
 			break
 		}

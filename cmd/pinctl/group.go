@@ -67,7 +67,7 @@ func groupMembers(d kafka.ConsumerGroupDescription) (members []string, ok bool) 
 		return nil, false
 	}
 	for _, m := range d.Members {
-		members = append(members, fmt.Sprintf("%s (client %s, host %s)", m.ConsumerID, m.ClientID, m.Host))
+		members = append(members, fmt.Sprintf("%s (client %s, host %s)", printable(m.ConsumerID), printable(m.ClientID), printable(m.Host)))
 	}
 	switch d.State {
 	case kafka.ConsumerGroupStatePreparingRebalance, kafka.ConsumerGroupStateCompletingRebalance, kafka.ConsumerGroupStateStable:

@@ -8,6 +8,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"unicode/utf16"
 	"unicode/utf8"
 )
 
@@ -23,6 +24,41 @@ func printable(s string) string {
 		return s
 	}
 	return strconv.Quote(s)
+}
+
+// printableJSON rewrites JSON text that encoding/json produced (valid
+// UTF-8, its strings' C0 controls escaped, no whitespace but the newline
+// Encoder.Encode ends it with) so that, the newlines aside, every
+// character strconv.IsPrint rejects is a \u escape: encoding/json leaves
+// DEL, the C1 controls and format characters (a bidi override) raw, which
+// can only be in strings. The JSON means the same.
+func printableJSON(b []byte) []byte {
+	var out []byte
+	for i := 0; i < len(b); {
+		r, size := utf8.DecodeRune(b[i:])
+		// An invalid byte decodes as RuneError of size 1: escaped as
+		// \ufffd, what encoding/json makes of it.
+		if r == '\n' || (strconv.IsPrint(r) && (r != utf8.RuneError || size > 1)) {
+			if out != nil {
+				out = append(out, b[i:i+size]...)
+			}
+			i += size
+			continue
+		}
+		if out == nil {
+			out = append(make([]byte, 0, len(b)+16), b[:i]...)
+		}
+		if r1, r2 := utf16.EncodeRune(r); r1 != utf8.RuneError {
+			out = fmt.Appendf(out, `\u%04x\u%04x`, r1, r2)
+		} else {
+			out = fmt.Appendf(out, `\u%04x`, r)
+		}
+		i += size
+	}
+	if out == nil {
+		return b
+	}
+	return out
 }
 
 // confirmation is how a command that changes something (group reset, dlq
