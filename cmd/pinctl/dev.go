@@ -455,14 +455,16 @@ func (d *dev) stopConsumers(procs []*proc) int {
 }
 
 // follow turns a consumer's JSON log lines into one line per processed
-// event, and passes warnings and errors through.
+// event, and passes warnings and errors through. What it prints of a log
+// line (fields that may come from a message: EventType, ids, errors) goes
+// through printable.
 func (d *dev) follow(p *proc, r io.Reader) {
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 64*1024), 1<<20)
 	for sc.Scan() {
 		var ev map[string]any
 		if json.Unmarshal(sc.Bytes(), &ev) != nil {
-			d.say("  %-9s %s", p.service, sc.Text())
+			d.say("  %-9s %s", p.service, printable(strings.ReplaceAll(sc.Text(), "\t", "    ")))
 			continue
 		}
 		if d.opts.quietLogs {
@@ -470,7 +472,7 @@ func (d *dev) follow(p *proc, r io.Reader) {
 		}
 		str := func(k string) string {
 			if v, ok := ev[k]; ok && v != nil {
-				return fmt.Sprint(v)
+				return printable(fmt.Sprint(v))
 			}
 			return ""
 		}
@@ -695,12 +697,12 @@ func (d *dev) checkDLQ(sc *demo.Scenario, start map[string]map[int32]int64) []st
 		got := d.dlqCodes(topic, start[topic])
 		for code, n := range want {
 			if got[code] != n {
-				bad = append(bad, fmt.Sprintf("%s: %d × %s, want %d", topic, got[code], code, n))
+				bad = append(bad, fmt.Sprintf("%s: %d × %s, want %d", topic, got[code], printable(code), n))
 			}
 		}
 		for code, n := range got {
 			if _, ok := want[code]; !ok && d.opts.events == 0 {
-				bad = append(bad, fmt.Sprintf("%s: %d unexpected × %s", topic, n, code))
+				bad = append(bad, fmt.Sprintf("%s: %d unexpected × %s", topic, n, printable(code)))
 			}
 		}
 	}
@@ -733,7 +735,7 @@ func (d *dev) summary(procs []*proc) {
 			}
 			s := make([]string, len(vals))
 			for i, v := range vals {
-				s[i] = v.String
+				s[i] = printable(v.String)
 			}
 			fmt.Fprintf(w, "  %s\n", strings.Join(s, "\t"))
 		}
@@ -762,7 +764,7 @@ func (d *dev) summary(procs []*proc) {
 		}
 		sort.Strings(keys)
 		for _, k := range keys {
-			fmt.Fprintf(w, "  %s\t%s\t%d\n", t.DLQ, k, codes[k])
+			fmt.Fprintf(w, "  %s\t%s\t%d\n", t.DLQ, printable(k), codes[k])
 		}
 	}
 	fmt.Fprintln(w, "\nwhere to look")

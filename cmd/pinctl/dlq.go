@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -11,7 +12,6 @@ import (
 	"strconv"
 	"strings"
 	"time"
-	"unicode/utf8"
 
 	"github.com/confluentinc/confluent-kafka-go/v2/kafka"
 
@@ -37,7 +37,7 @@ var dlqCommands = []command{
 		return dlqListCmd(ctx, args, os.Stdout, os.Stderr)
 	}},
 	{name: "replay", summary: "re-produce DLQ messages to their source topic and partition", run: func(ctx context.Context, args []string) error {
-		return dlqReplayCmd(ctx, args, os.Stdout, os.Stderr)
+		return dlqReplayCmd(ctx, args, os.Stdin, os.Stdout, os.Stderr)
 	}},
 }
 
@@ -357,17 +357,13 @@ func summarizeEnvelope(value []byte) (envelopeSummary, error) {
 	return envelopeSummary{MessageID: e.MessageID.String(), EventType: e.EventType, CreatedAt: e.CreatedAt}, nil
 }
 
-// dlqPrintable shows a key as text when it is dlqPrintable UTF-8, quoted
-// otherwise.
+// dlqPrintable shows a key as it may be printed (see printable), and a
+// null key as (null).
 func dlqPrintable(b []byte) string {
 	if b == nil {
 		return "(null)"
 	}
-	s := string(b)
-	if utf8.ValidString(s) && !strings.ContainsFunc(s, func(r rune) bool { return r < ' ' || r == 0x7f }) {
-		return s
-	}
-	return strconv.Quote(s)
+	return printable(string(b))
 }
 
 // dlqEntry is one message as `dlq list --json` prints it (one JSON object
@@ -434,13 +430,16 @@ func dlqOrDash(s string) string {
 }
 
 // writeDLQEntry prints e for a person: a heading line and indented details.
+// Every field from the message (key, headers, envelope) goes through
+// printable: the message cannot write a control character to the terminal
+// nor a line of its own.
 func writeDLQEntry(w io.Writer, e dlqEntry) {
 	attempts := "-"
 	if e.Attempts != nil {
 		attempts = strconv.Itoa(*e.Attempts)
 	}
-	fmt.Fprintf(w, "p%d@%d  %s  attempts %s  dead-lettered %s\n", e.Partition, e.Offset, dlqOrDash(e.Code), attempts, dlqOrDash(e.DLQAt))
-	src := dlqOrDash(e.SourceTopic)
+	fmt.Fprintf(w, "p%d@%d  %s  attempts %s  dead-lettered %s\n", e.Partition, e.Offset, dlqOrDash(printable(e.Code)), attempts, dlqOrDash(printable(e.DLQAt)))
+	src := dlqOrDash(printable(e.SourceTopic))
 	if e.SourcePartition != nil {
 		src += fmt.Sprintf(" p%d", *e.SourcePartition)
 	}
@@ -448,18 +447,21 @@ func writeDLQEntry(w io.Writer, e dlqEntry) {
 		src += fmt.Sprintf("@%d", *e.SourceOffset)
 	}
 	if e.ConsumerGroup != "" {
-		src += " (group " + e.ConsumerGroup + ")"
+		src += " (group " + printable(e.ConsumerGroup) + ")"
 	}
 	fmt.Fprintf(w, "    source    %s\n", src)
-	fmt.Fprintf(w, "    reason    %s\n", dlqOrDash(strings.Join(strings.Fields(e.Reason), " ")))
+	fmt.Fprintf(w, "    reason    %s\n", dlqOrDash(printable(strings.Join(strings.Fields(e.Reason), " "))))
 	key := dlqPrintable([]byte(e.Key))
-	if e.Envelope != nil {
-		fmt.Fprintf(w, "    envelope  MessageId %s  EventType %s  key %s\n", e.Envelope.MessageID, dlqOrDash(e.Envelope.EventType), key)
+	if size, omitted := e.Headers[consumer.HeaderValueOmitted]; omitted {
+		fmt.Fprintf(w, "    envelope  value left out of the DLQ (%s: %s bytes): the original is at the source offset while its retention keeps it  key %s\n",
+			consumer.HeaderValueOmitted, printable(size), key)
+	} else if e.Envelope != nil {
+		fmt.Fprintf(w, "    envelope  MessageId %s  EventType %s  key %s\n", e.Envelope.MessageID, dlqOrDash(printable(e.Envelope.EventType)), key)
 	} else {
-		fmt.Fprintf(w, "    envelope  unreadable envelope (%s)  key %s\n", e.EnvelopeError, key)
+		fmt.Fprintf(w, "    envelope  unreadable envelope (%s)  key %s\n", printable(e.EnvelopeError), key)
 	}
 	if e.ReplayCount > 0 {
-		fmt.Fprintf(w, "    replayed  %d time(s), last at %s\n", e.ReplayCount, dlqOrDash(e.Headers[headerReplayedAt]))
+		fmt.Fprintf(w, "    replayed  %d time(s), last at %s\n", e.ReplayCount, dlqOrDash(printable(e.Headers[headerReplayedAt])))
 	}
 }
 
@@ -475,13 +477,20 @@ type dlqListOptions struct {
 // one-line count on summary. It returns how many it printed.
 func listDLQ(ctx context.Context, o dlqListOptions, out, summary io.Writer) (int, error) {
 	n := 0
-	enc := json.NewEncoder(out)
-	enc.SetEscapeHTML(false)
 	var encErr error
 	err := readDLQ(ctx, o.Brokers, o.Topic, o.Filter, func(r *dlqRecord) bool {
 		e := newDLQEntry(r)
 		if o.JSON {
+			// One line per message: encoding/json escapes the C0 controls
+			// (newlines included) and replaces invalid UTF-8; printableJSON
+			// the other unprintable characters.
+			var b bytes.Buffer
+			enc := json.NewEncoder(&b)
+			enc.SetEscapeHTML(false)
 			if encErr = enc.Encode(e); encErr != nil {
+				return false
+			}
+			if _, encErr = out.Write(printableJSON(b.Bytes())); encErr != nil {
 				return false
 			}
 		} else {

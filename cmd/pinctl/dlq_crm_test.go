@@ -90,7 +90,8 @@ func TestDLQReplayOfALeadNotFoundLandsExactlyOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	var out bytes.Buffer
-	if err := dlqReplayCmd(context.Background(), []string{"--brokers", kc.Bootstrap, "--topic", crm.DLQTopic, "--code", crm.CodeLeadNotFound.Name}, &out, &out); err != nil {
+	if err := dlqReplayCmd(context.Background(), []string{"--brokers", kc.Bootstrap, "--topic", crm.DLQTopic, "--code", crm.CodeLeadNotFound.Name, "--yes"},
+		strings.NewReader(""), &out, &out); err != nil {
 		t.Fatalf("dlq replay: %v\n%s", err, out.String())
 	}
 	if !strings.Contains(out.String(), "selected 1, replayed 1, refused 0, failed 0") {

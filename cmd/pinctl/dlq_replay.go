@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -24,13 +26,16 @@ type dlqReplayOptions struct {
 	MaxReplays     int           // refuse a message whose x-replay-count is already ≥ this
 	Timeout        time.Duration // for every delivery to be confirmed
 	Now            func() time.Time
+	// Confirm is asked once the selection is known and the plan printed
+	// (not in a dry run); nil: no question.
+	Confirm func() (bool, error)
 }
 
 // replayCounts is what a replay did.
 type replayCounts struct {
 	Selected int // matched the filter
 	Replayed int // delivered to the source topic (would be, in a dry run)
-	Refused  int // replayed MaxReplays times already
+	Refused  int // replayed MaxReplays times already, or without its value (see valueMissing)
 	Failed   int // not delivered, or not replayable (no source topic)
 }
 
@@ -85,15 +90,78 @@ func replayMessage(r *dlqRecord, count int, now time.Time) (*kafka.Message, erro
 	}, nil
 }
 
-// describeJob is one line about a DLQ message and where it goes.
+// valueMissing says why a DLQ message cannot be replayed for want of its
+// value, "" when it has one. A dead letter too large for the DLQ is
+// published without its value (consumer.HeaderValueOmitted): produced as
+// it is, it would land on the source topic as a tombstone (a null value),
+// and so would any message without a value.
+func valueMissing(r *dlqRecord) string {
+	for _, h := range r.Headers {
+		if h.Key == consumer.HeaderValueOmitted {
+			return fmt.Sprintf("its value was too large for the DLQ and left out of it (%s: %s bytes)",
+				consumer.HeaderValueOmitted, printable(string(h.Value)))
+		}
+	}
+	if len(r.Value) == 0 {
+		return "it has no value"
+	}
+	return ""
+}
+
+// recoveryHint says where the original of a dead letter is (its source
+// topic, partition and offset) and how to read it from there. A command
+// line is given only when the headers hold a legal topic name and numbers,
+// so that it can be pasted as it is.
+func recoveryHint(r *dlqRecord, brokers string) string {
+	topic := r.header(consumer.HeaderSourceTopic)
+	p, perr := strconv.ParseInt(r.header(consumer.HeaderOriginalPartition), 10, 32)
+	off, oerr := strconv.ParseInt(r.header(consumer.HeaderOriginalOffset), 10, 64)
+	if !kafkaTopicName(topic) || perr != nil || p < 0 || oerr != nil || off < 0 {
+		return fmt.Sprintf("its headers do not say where the original is (%s %s, %s %s, %s %s)",
+			consumer.HeaderSourceTopic, strconv.Quote(topic),
+			consumer.HeaderOriginalPartition, strconv.Quote(r.header(consumer.HeaderOriginalPartition)),
+			consumer.HeaderOriginalOffset, strconv.Quote(r.header(consumer.HeaderOriginalOffset)))
+	}
+	return fmt.Sprintf("recover the original from %s partition %d offset %d while the topic's retention keeps it: kcat -C -b %s -t %s -p %d -o %d -c 1",
+		topic, p, off, shellWord(brokers), topic, p, off)
+}
+
+// kafkaTopicName reports whether s is a legal Kafka topic name: 1 to 249
+// of [a-zA-Z0-9._-].
+func kafkaTopicName(s string) bool {
+	if s == "" || len(s) > 249 {
+		return false
+	}
+	return !strings.ContainsFunc(s, func(r rune) bool { return !asciiWordChar(r, "._-") })
+}
+
+// asciiWordChar reports whether r is an ASCII letter or digit or one of
+// others.
+func asciiWordChar(r rune, others string) bool {
+	return r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune(others, r)
+}
+
+// shellWord is s as one word of a POSIX shell command line: as it is when
+// it holds no character the shell would interpret, single-quoted otherwise.
+func shellWord(s string) string {
+	if s != "" && !strings.ContainsFunc(s, func(r rune) bool { return !asciiWordChar(r, "._-:,/@+=%") }) {
+		return s
+	}
+	return printable("'" + strings.ReplaceAll(s, "'", `'\''`) + "'")
+}
+
+// describeJob is one line about a DLQ message and where it goes, its
+// fields printable.
 func describeJob(r *dlqRecord, m *kafka.Message) string {
 	id := "unreadable envelope"
-	if env, err := summarizeEnvelope(r.Value); err == nil {
+	if len(r.Value) == 0 {
+		id = "no value"
+	} else if env, err := summarizeEnvelope(r.Value); err == nil {
 		id = "MessageId " + env.MessageID
 	}
-	s := fmt.Sprintf("p%d@%d %s (%s, key %s)", r.Partition, r.Offset, dlqOrDash(r.header(consumer.HeaderErrorCode)), id, dlqPrintable(r.Key))
+	s := fmt.Sprintf("p%d@%d %s (%s, key %s)", r.Partition, r.Offset, dlqOrDash(printable(r.header(consumer.HeaderErrorCode))), id, dlqPrintable(r.Key))
 	if m != nil {
-		s += fmt.Sprintf(" → %s p%d", *m.TopicPartition.Topic, m.TopicPartition.Partition)
+		s += fmt.Sprintf(" → %s p%d", printable(*m.TopicPartition.Topic), m.TopicPartition.Partition)
 	}
 	return s
 }
@@ -123,10 +191,16 @@ func replayDLQ(ctx context.Context, o dlqReplayOptions, out io.Writer, bar *repl
 	var jobs []replayJob
 	err := readDLQ(ctx, o.Brokers, o.Topic, o.Filter, func(r *dlqRecord) bool {
 		c.Selected++
+		if why := valueMissing(r); why != "" {
+			c.Refused++
+			fmt.Fprintf(out, "refused  %s: %s, and replayed it would be a tombstone on its source topic; %s\n",
+				describeJob(r, nil), why, recoveryHint(r, o.Brokers))
+			return true
+		}
 		n, err := r.replayCount()
 		if err != nil {
 			c.Failed++
-			fmt.Fprintf(out, "failed   %s: %v\n", describeJob(r, nil), err)
+			fmt.Fprintf(out, "failed   %s: %s\n", describeJob(r, nil), printable(err.Error()))
 			return true
 		}
 		if n >= o.MaxReplays {
@@ -140,7 +214,7 @@ func replayDLQ(ctx context.Context, o dlqReplayOptions, out io.Writer, bar *repl
 		}
 		if err != nil {
 			c.Failed++
-			fmt.Fprintf(out, "failed   %s: cannot replay: %v\n", describeJob(r, nil), err)
+			fmt.Fprintf(out, "failed   %s: cannot replay: %s\n", describeJob(r, nil), printable(err.Error()))
 			return true
 		}
 		if o.DryRun {
@@ -159,6 +233,20 @@ func replayDLQ(ctx context.Context, o dlqReplayOptions, out io.Writer, bar *repl
 	if len(jobs) == 0 {
 		return c, nil
 	}
+	plan := fmt.Sprintf("replay %d message(s) from %s to %s", len(jobs), o.Topic, replayTargets(jobs))
+	if c.Refused+c.Failed > 0 {
+		plan += fmt.Sprintf(" (not the %d refused and %d failed above)", c.Refused, c.Failed)
+	}
+	fmt.Fprintln(out, plan)
+	if o.Confirm != nil {
+		yes, err := o.Confirm()
+		if err != nil {
+			return c, fmt.Errorf("dlq replay: %w", err)
+		}
+		if !yes {
+			return c, errors.New("dlq replay: not confirmed: nothing produced")
+		}
+	}
 	delivered, failed, err := produceReplays(ctx, o.Brokers, jobs, o.Timeout, out, func(ok, bad int) {
 		if bar != nil {
 			bar.set(ok+bad, len(jobs), ok, c.Refused, c.Failed+bad)
@@ -173,6 +261,32 @@ func replayDLQ(ctx context.Context, o dlqReplayOptions, out io.Writer, bar *repl
 		return c, fmt.Errorf("dlq replay: %w", err)
 	}
 	return c, nil
+}
+
+// replayTargets names the topics and partitions jobs go to:
+// "pin.a.v1 partitions 0, 2", several topics joined by "; ".
+func replayTargets(jobs []replayJob) string {
+	parts := map[string]map[int32]bool{}
+	for _, j := range jobs {
+		t := *j.msg.TopicPartition.Topic
+		if parts[t] == nil {
+			parts[t] = map[int32]bool{}
+		}
+		parts[t][j.msg.TopicPartition.Partition] = true
+	}
+	var out []string
+	for _, t := range slices.Sorted(maps.Keys(parts)) {
+		var ps []string
+		for _, p := range slices.Sorted(maps.Keys(parts[t])) {
+			ps = append(ps, strconv.Itoa(int(p)))
+		}
+		word := "partitions"
+		if len(ps) == 1 {
+			word = "partition"
+		}
+		out = append(out, fmt.Sprintf("%s %s %s", printable(t), word, strings.Join(ps, ", ")))
+	}
+	return strings.Join(out, "; ")
 }
 
 // produceReplays produces jobs in order and waits for each delivery report
@@ -217,7 +331,7 @@ func produceReplays(ctx context.Context, brokers string, jobs []replayJob, timeo
 			if j != nil {
 				what = describeJob(j.from, j.msg)
 			}
-			fmt.Fprintf(out, "failed   %s: %v\n", what, m.TopicPartition.Error)
+			fmt.Fprintf(out, "failed   %s: %s\n", what, printable(m.TopicPartition.Error.Error()))
 		} else {
 			ok++
 		}
@@ -250,7 +364,7 @@ func produceReplays(ctx context.Context, brokers string, jobs []replayJob, timeo
 				continue
 			}
 			bad++
-			fmt.Fprintf(out, "failed   %s: %v\n", describeJob(jobs[i].from, jobs[i].msg), perr)
+			fmt.Fprintf(out, "failed   %s: %s\n", describeJob(jobs[i].from, jobs[i].msg), printable(perr.Error()))
 			progress(ok, bad)
 			break
 		}
@@ -298,21 +412,26 @@ func dlqIsTerminal(f *os.File) bool {
 	return isatty.IsTerminal(f.Fd()) || isatty.IsCygwinTerminal(f.Fd())
 }
 
-func dlqReplayCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlags("dlq replay", "dlq replay --topic T [--brokers B] [--code C] [--since T|D] [--offset-range a-b] [--partition P] [--max-replays N] [--dry-run]",
+func dlqReplayCmd(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) error {
+	fs := newFlags("dlq replay", "dlq replay --topic T [--brokers B] [--code C] [--since T|D] [--offset-range a-b] [--partition P] [--max-replays N] [--yes] [--dry-run]",
 		"Re-produces the selected messages of a DLQ topic to their source topic\n"+
 			"(x-source-topic) and original partition (x-original-partition), with the\n"+
 			"original key, value and headers minus the x-dlq-*, x-original-*,\n"+
 			"x-source-topic, x-consumer-group and x-attempts headers, plus x-replay-count\n"+
 			"(previous + 1) and x-replayed-at. Idempotent producer, acks=all, every delivery\n"+
 			"confirmed. A message already replayed --max-replays times is refused (counted,\n"+
-			"not an error). Exit 1 when any delivery failed. Safe to repeat: the consumers\n"+
-			"are idempotent by MessageId.")
+			"not an error), and so is one without its value (x-dlq-value-omitted: too large\n"+
+			"for the DLQ), which would be a tombstone: its line says where the original is.\n"+
+			"Prints how many messages go from the DLQ to which topic and asks for\n"+
+			"confirmation on a terminal unless --yes is given; elsewhere --yes is required\n"+
+			"(not with --dry-run). Exit 1 when any delivery failed or the replay was not\n"+
+			"confirmed. Safe to repeat: the consumers are idempotent by MessageId.")
 	fs.SetOutput(stderr)
 	brokers := opBrokersFlag(fs)
 	topic := fs.String("topic", "", "DLQ topic (required), e.g. pin.crm.selections-dlq.v1")
 	ff := addDLQFilterFlags(fs)
 	dryRun := fs.Bool("dry-run", false, "print what would be replayed; produce nothing")
+	yes := fs.Bool("yes", false, "do not ask for confirmation")
 	maxReplays := fs.Int("max-replays", 3, "refuse a message whose x-replay-count is already this or more")
 	timeout := fs.Duration("timeout", time.Minute, "how long to wait for every delivery to be confirmed")
 	if _, err := parseArgs(fs, args, 0, 0); err != nil {
@@ -334,12 +453,21 @@ func dlqReplayCmd(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	if err != nil {
 		return err
 	}
+	o := dlqReplayOptions{Brokers: *brokers, Topic: *topic, Filter: f, DryRun: *dryRun, MaxReplays: *maxReplays, Timeout: *timeout}
+	if !*dryRun {
+		ask, err := confirmation("dlq replay", *yes, stdin, stdout)
+		if err != nil {
+			return err
+		}
+		if ask != nil {
+			o.Confirm = func() (bool, error) { return ask("produce these messages to their source topic?") }
+		}
+	}
 	var bar *replayBar
 	if f, ok := stderr.(*os.File); ok && !*dryRun && dlqIsTerminal(f) {
 		bar = newReplayBar(stderr)
 	}
-	c, err := replayDLQ(ctx, dlqReplayOptions{Brokers: *brokers, Topic: *topic, Filter: f, DryRun: *dryRun,
-		MaxReplays: *maxReplays, Timeout: *timeout}, stdout, bar)
+	c, err := replayDLQ(ctx, o, stdout, bar)
 	if *dryRun {
 		fmt.Fprintf(stdout, "dry run: selected %d, would replay %d, refused %d, failed %d\n", c.Selected, c.Replayed, c.Refused, c.Failed)
 	} else {

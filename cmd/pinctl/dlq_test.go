@@ -11,6 +11,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/confluentinc/confluent-kafka-go/v2/kafka"
 	"github.com/google/uuid"
@@ -37,6 +38,7 @@ type deadLetter struct {
 	key          string
 	extra        map[string]string // original headers, x-replay-count, …
 	noSource     bool              // without x-source-topic
+	noValue      bool              // published without its value (a null value)
 }
 
 func (d deadLetter) value() []byte {
@@ -73,7 +75,11 @@ func (d deadLetter) message() kafkatest.Message {
 	for k, v := range d.extra {
 		h[k] = v
 	}
-	return kafkatest.Message{Partition: d.dlqPartition, Key: []byte(d.key), Value: d.value(), Headers: h}
+	m := kafkatest.Message{Partition: d.dlqPartition, Key: []byte(d.key), Value: d.value(), Headers: h}
+	if d.noValue {
+		m.Value = nil
+	}
+	return m
 }
 
 func newDLQCluster(t *testing.T, dls ...deadLetter) *kafkatest.Cluster {
@@ -269,8 +275,9 @@ func TestDLQFlags(t *testing.T) {
 		{"--brokers", "b", "--topic", "t", "--since", "soon"}, // bad since
 		{"--brokers", "b", "--topic", "t", "--max-replays", "0"},
 		{"--brokers", "b", "--topic", "t", "--offset-range", "7"},
+		{"--brokers", "b", "--topic", "t"}, // no --yes, stdin not a terminal
 	} {
-		err := dlqReplayCmd(context.Background(), args, new(bytes.Buffer), new(bytes.Buffer))
+		err := dlqReplayCmd(context.Background(), args, strings.NewReader("y\n"), new(bytes.Buffer), new(bytes.Buffer))
 		var ue usageError
 		if !errors.As(err, &ue) {
 			t.Errorf("dlq replay %q: error %v, want a usage error", args, err)
@@ -379,6 +386,119 @@ func TestDLQReplay(t *testing.T) {
 		}
 	})
 
+	t.Run("a dead letter without its value is refused, never produced, and the others go on", func(t *testing.T) {
+		t.Parallel()
+		// As the runtime publishes a dead letter too large for the DLQ: no
+		// value, x-dlq-value-omitted holding the original size.
+		omitted := deadLetter{dlqPartition: 0, srcPartition: 2, srcOffset: 40, code: "CODE_A", attempts: 7, id: uuid.New(), key: "too large",
+			noValue: true, extra: map[string]string{consumer.HeaderValueOmitted: "2097152"}}
+		fine := deadLetter{dlqPartition: 0, srcPartition: 1, srcOffset: 41, code: "CODE_A", attempts: 7, id: uuid.New(), key: "fine"}
+		kc := newDLQCluster(t, omitted, fine)
+		c, out, err := replay(t, kc, dlqReplayOptions{})
+		if err != nil || c != (replayCounts{Selected: 2, Replayed: 1, Refused: 1}) {
+			t.Fatalf("replay: %v, %v\n%s", c, err, out)
+		}
+		var refused []string
+		for _, l := range strings.Split(out, "\n") {
+			if strings.HasPrefix(l, "refused") {
+				refused = append(refused, l)
+			}
+		}
+		if len(refused) != 1 {
+			t.Fatalf("%d refused lines, want 1:\n%s", len(refused), out)
+		}
+		for _, want := range []string{
+			"refused  p0@0 CODE_A", "key too large",
+			consumer.HeaderValueOmitted + ": 2097152 bytes", "tombstone",
+			testSource + " partition 2 offset 40",
+			"kcat -C -b " + kc.Bootstrap + " -t " + testSource + " -p 2 -o 40 -c 1",
+		} {
+			if !strings.Contains(refused[0], want) {
+				t.Errorf("the refused line lacks %q:\n%s", want, refused[0])
+			}
+		}
+		// The source topic got the other one only: nothing on partition 2.
+		m := readSource(t, kc, 1)[0]
+		if string(m.Key) != "fine" || m.TopicPartition.Partition != 1 || !bytes.Equal(m.Value, fine.value()) {
+			t.Fatalf("replayed %q to partition %d, want fine to partition 1", m.Key, m.TopicPartition.Partition)
+		}
+
+		// A dry run refuses it too; the command line counts it and exits 0
+		// (a refusal is not a failure).
+		c, out, err = replay(t, kc, dlqReplayOptions{DryRun: true})
+		if err != nil || c != (replayCounts{Selected: 2, Replayed: 1, Refused: 1}) || !strings.Contains(out, "refused  p0@0") {
+			t.Fatalf("dry run: %v, %v\n%s", c, err, out)
+		}
+		var cmdOut bytes.Buffer
+		if err := dlqReplayCmd(context.Background(), []string{"--brokers", kc.Bootstrap, "--topic", testDLQ, "--offset-range", "0-0", "--yes"},
+			strings.NewReader(""), &cmdOut, &cmdOut); err != nil {
+			t.Fatalf("dlq replay: %v\n%s", err, cmdOut.String())
+		}
+		if !strings.Contains(cmdOut.String(), "selected 1, replayed 0, refused 1, failed 0") {
+			t.Errorf("counts:\n%s", cmdOut.String())
+		}
+		readSource(t, kc, 1)
+	})
+
+	t.Run("a dead letter with no value at all is refused; headers that do not say where its original is give no command", func(t *testing.T) {
+		t.Parallel()
+		bare := deadLetter{dlqPartition: 1, srcPartition: 0, srcOffset: 9, code: "CODE_A", id: uuid.New(), key: "bare", noValue: true,
+			extra: map[string]string{consumer.HeaderOriginalOffset: "9; rm -rf ~"}}
+		kc := newDLQCluster(t, bare)
+		c, out, err := replay(t, kc, dlqReplayOptions{})
+		if err != nil || c != (replayCounts{Selected: 1, Refused: 1}) {
+			t.Fatalf("replay: %v, %v\n%s", c, err, out)
+		}
+		if !strings.Contains(out, "refused  p1@0 CODE_A") || !strings.Contains(out, "it has no value") ||
+			!strings.Contains(out, `x-original-offset "9; rm -rf ~"`) || strings.Contains(out, "kcat") {
+			t.Errorf("refused line:\n%s", out)
+		}
+		readSource(t, kc, 0)
+	})
+
+	t.Run("confirmation: --yes produces without a question; without a terminal and --yes nothing is produced; a dry run needs none", func(t *testing.T) {
+		t.Parallel()
+		d := deadLetter{dlqPartition: 1, srcPartition: 0, srcOffset: 3, code: "CODE_A", id: uuid.New(), key: "k"}
+		kc := newDLQCluster(t, d, d)
+		cmd := func(stdin string, args ...string) (string, error) {
+			var out bytes.Buffer
+			err := dlqReplayCmd(context.Background(), append([]string{"--brokers", kc.Bootstrap, "--topic", testDLQ}, args...),
+				strings.NewReader(stdin), &out, &out)
+			return out.String(), err
+		}
+
+		// A script (stdin not a terminal) that does not say --yes: refused
+		// before anything is read or produced, even with "y" on stdin.
+		out, err := cmd("y\n")
+		var ue usageError
+		if !errors.As(err, &ue) || !strings.Contains(err.Error(), "--yes") {
+			t.Fatalf("dlq replay without --yes, stdin not a terminal: error %v, want a usage error naming --yes\n%s", err, out)
+		}
+		readSource(t, kc, 0)
+
+		out, err = cmd("", "--dry-run")
+		if err != nil || strings.Contains(out, "[y/N]") || !strings.Contains(out, "would replay 2") {
+			t.Fatalf("dlq replay --dry-run: %v\n%s", err, out)
+		}
+		readSource(t, kc, 0)
+
+		// A Confirm that says no: nothing produced.
+		no := func() (bool, error) { return false, nil }
+		c, out, err := replay(t, kc, dlqReplayOptions{Confirm: no})
+		if err == nil || !strings.Contains(err.Error(), "not confirmed") || c.Replayed != 0 ||
+			!strings.Contains(out, "replay 2 message(s) from "+testDLQ+" to "+testSource+" partition 0\n") {
+			t.Fatalf("replay not confirmed: %v, %v\n%s", c, err, out)
+		}
+		readSource(t, kc, 0)
+
+		out, err = cmd("", "--yes")
+		if err != nil || strings.Contains(out, "[y/N]") || !strings.Contains(out, "replay 2 message(s) from "+testDLQ+" to "+testSource+" partition 0") ||
+			!strings.Contains(out, "selected 2, replayed 2, refused 0, failed 0") {
+			t.Fatalf("dlq replay --yes: %v\n%s", err, out)
+		}
+		readSource(t, kc, 2)
+	})
+
 	t.Run("a dry run produces nothing", func(t *testing.T) {
 		t.Parallel()
 		d := deadLetter{dlqPartition: 2, srcPartition: 2, srcOffset: 5, code: "CODE_A", id: uuid.New(), key: "k"}
@@ -424,7 +544,8 @@ func TestDLQReplay(t *testing.T) {
 			deadLetter{dlqPartition: 0, srcPartition: 7, code: "CODE_A", id: uuid.New(), key: "no such partition"},
 			deadLetter{dlqPartition: 0, srcPartition: 0, code: "CODE_A", id: uuid.New(), key: "no source", noSource: true})
 		var out, errOut bytes.Buffer
-		err := dlqReplayCmd(context.Background(), []string{"--brokers", kc.Bootstrap, "--topic", testDLQ, "--timeout", "5s"}, &out, &errOut)
+		err := dlqReplayCmd(context.Background(), []string{"--brokers", kc.Bootstrap, "--topic", testDLQ, "--timeout", "5s", "--yes"},
+			strings.NewReader(""), &out, &errOut)
 		if err == nil || exitCode(new(bytes.Buffer), err) != 1 {
 			t.Fatalf("dlq replay: error %v, want exit 1\n%s", err, out.String())
 		}
@@ -438,4 +559,193 @@ func TestDLQReplay(t *testing.T) {
 			t.Errorf("replayed %q, want fine", m.Key)
 		}
 	})
+}
+
+// assertPrintable fails unless out is valid UTF-8 whose every character
+// but the newline is printable (strconv.IsPrint): no ESC, CR, NUL, DEL,
+// C1 control, bidi override or invalid byte from a message reaches the
+// terminal.
+func assertPrintable(t *testing.T, what, out string) {
+	t.Helper()
+	if !utf8.ValidString(out) {
+		t.Errorf("%s: invalid UTF-8 in the output:\n%q", what, out)
+	}
+	for _, l := range strings.Split(out, "\n") {
+		if i := strings.IndexFunc(l, func(r rune) bool { return !strconv.IsPrint(r) }); i >= 0 {
+			t.Errorf("%s: raw %U in line %q", what, []rune(l[i:])[0], l)
+		}
+	}
+}
+
+// A hostile dead letter (escape sequences, CR, LF, NUL, C1 controls, a bidi
+// override and invalid UTF-8 in its key, value and headers) cannot reach
+// the operator's terminal through dlq list or dlq replay: every field is
+// escaped and every message keeps to its own lines.
+func TestDLQOutputEscapesMessageContents(t *testing.T) {
+	t.Parallel()
+	const (
+		key       = "k\x1b[2J\x1b[H\rforged p9@9\nline\x00\xff\xfe"
+		eventType = "evil\x1b[31m\r\nforged\u009b2J\u202e"
+		code      = "CODE\x1b]0;pwned\x07"
+		reason    = "reason\r\nforged p9@9  CODE_A\x1b[1A\x00"
+		evilKey   = "x-evil\x1b[2J"
+		evilValue = "\u202eevil\n"
+	)
+	value, err := json.Marshal(map[string]any{"MessageId": uuid.NewString(), "EventType": eventType, "ContractVersion": 1,
+		"CreatedAt": "2026-11-30T10:00:00Z", "Payload": map[string]any{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	kc := kafkatest.NewCluster(t, map[string]int{testSource: 3, testDLQ: 3})
+	kc.Produce(t, testDLQ,
+		kafkatest.Message{Partition: 0, Key: []byte(key), Value: value, Headers: map[string]string{
+			consumer.HeaderErrorCode: code, consumer.HeaderReason: reason, consumer.HeaderDLQAt: "\x9b31m\xff",
+			consumer.HeaderConsumerGroup: "g\x00\x1b[2K", consumer.HeaderSourceTopic: "pin\x1b[K.topic",
+			consumer.HeaderOriginalPartition: "0", consumer.HeaderOriginalOffset: "1",
+			headerReplayCount: "1", headerReplayedAt: "\x1b[5m2026\r", evilKey: evilValue,
+		}},
+		// An unreadable envelope whose error quotes raw JSON with CR LF in it.
+		kafkatest.Message{Partition: 0, Value: []byte("{\"MessageId\": [1,\r\n2]}"), Headers: map[string]string{
+			consumer.HeaderErrorCode: "CODE_B\r\n", consumer.HeaderSourceTopic: testSource,
+			consumer.HeaderOriginalPartition: "0", consumer.HeaderOriginalOffset: "2",
+		}},
+		// Without its value, with hostile headers where the original is.
+		kafkatest.Message{Partition: 0, Key: []byte("\x1b[2Komitted"), Headers: map[string]string{
+			consumer.HeaderErrorCode: "CODE_C", consumer.HeaderValueOmitted: "12\x1b[2J", consumer.HeaderSourceTopic: testSource,
+			consumer.HeaderOriginalPartition: "1", consumer.HeaderOriginalOffset: "5\r\nforged",
+		}})
+	list := func(t *testing.T, asJSON bool) string {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(context.Background(), 45*time.Second)
+		defer cancel()
+		var out, sum bytes.Buffer
+		n, err := listDLQ(ctx, dlqListOptions{Brokers: kc.Bootstrap, Topic: testDLQ, Filter: allDLQ(), JSON: asJSON}, &out, &sum)
+		if err != nil || n != 3 {
+			t.Fatalf("dlq list (JSON %v): %d, %v\n%s", asJSON, n, err, out.String())
+		}
+		if !asJSON {
+			out.Write(sum.Bytes())
+		}
+		return out.String()
+	}
+
+	t.Run("dlq list", func(t *testing.T) {
+		t.Parallel()
+		out := list(t, false)
+		assertPrintable(t, "dlq list", out)
+		// Each message: a heading, then indented lines of known labels, a
+		// blank line between two; the last line is the count.
+		lines := strings.Split(strings.TrimSuffix(out, "\n"), "\n")
+		var headings []string
+		for _, l := range lines[:len(lines)-1] {
+			switch {
+			case l == "":
+			case strings.HasPrefix(l, "p0@"):
+				headings = append(headings, strings.Fields(l)[0])
+			case strings.HasPrefix(l, "    source    "), strings.HasPrefix(l, "    reason    "),
+				strings.HasPrefix(l, "    envelope  "), strings.HasPrefix(l, "    replayed  "):
+			default:
+				t.Errorf("a line of no message's: %q", l)
+			}
+		}
+		if strings.Join(headings, " ") != "p0@0 p0@1 p0@2" || len(lines) != 5+4+4+2+1 || lines[len(lines)-1] != "3 message(s) of "+testDLQ {
+			t.Errorf("headings %v in %d lines, want p0@0 p0@1 p0@2 in 16:\n%s", headings, len(lines), out)
+		}
+		for _, want := range []string{
+			"p0@0  " + strconv.Quote(code) + "  attempts -  dead-lettered " + strconv.Quote("\x9b31m\xff"),
+			"source    " + strconv.Quote("pin\x1b[K.topic") + " p0@1 (group " + strconv.Quote("g\x00\x1b[2K") + ")",
+			"reason    " + strconv.Quote("reason forged p9@9 CODE_A\x1b[1A\x00"),
+			"EventType " + strconv.Quote(eventType) + "  key " + strconv.Quote(key),
+			"replayed  1 time(s), last at " + strconv.Quote("\x1b[5m2026\r"),
+			"p0@1  " + strconv.Quote("CODE_B\r\n"),
+			`unreadable envelope ("EVENT_ENVELOPE_INVALID: MessageId [1,\r\n2] is not a UUID string")  key ` + "\n",
+			"value left out of the DLQ (x-dlq-value-omitted: " + strconv.Quote("12\x1b[2J") + " bytes)",
+		} {
+			if !strings.Contains(out, want) {
+				t.Errorf("output lacks %s:\n%s", want, out)
+			}
+		}
+	})
+
+	t.Run("dlq list --json", func(t *testing.T) {
+		t.Parallel()
+		out := list(t, true)
+		assertPrintable(t, "dlq list --json", out)
+		lines := strings.Split(strings.TrimSuffix(out, "\n"), "\n")
+		if len(lines) != 3 {
+			t.Fatalf("%d lines, want one per message:\n%s", len(lines), out)
+		}
+		var e dlqEntry
+		if err := json.Unmarshal([]byte(lines[0]), &e); err != nil {
+			t.Fatalf("line %q: %v", lines[0], err)
+		}
+		// Escaped, not lost: the valid UTF-8 reads back as it was.
+		if e.Code != code || e.Reason != reason || e.Headers[evilKey] != evilValue || e.Envelope == nil || e.Envelope.EventType != eventType {
+			t.Errorf("read back %+v", e)
+		}
+		for _, l := range lines[1:] {
+			if err := json.Unmarshal([]byte(l), new(dlqEntry)); err != nil {
+				t.Errorf("line %q: %v", l, err)
+			}
+		}
+	})
+
+	t.Run("dlq replay", func(t *testing.T) {
+		t.Parallel()
+		c, out, err := replay(t, kc, dlqReplayOptions{DryRun: true})
+		if err != nil || c != (replayCounts{Selected: 3, Replayed: 2, Refused: 1}) {
+			t.Fatalf("dry run: %v, %v\n%s", c, err, out)
+		}
+		assertPrintable(t, "dlq replay", out)
+		lines := strings.Split(strings.TrimSuffix(out, "\n"), "\n")
+		if len(lines) != 3 || !strings.HasPrefix(lines[0], "would replay p0@0 ") || !strings.HasPrefix(lines[1], "would replay p0@1 ") ||
+			!strings.HasPrefix(lines[2], "refused  p0@2 ") {
+			t.Fatalf("want one line per message:\n%s", out)
+		}
+		for _, want := range []string{
+			"→ " + strconv.Quote("pin\x1b[K.topic") + " p0", "key " + strconv.Quote(key),
+			`x-original-offset "5\r\nforged"`,
+		} {
+			if !strings.Contains(out, want) {
+				t.Errorf("output lacks %s:\n%s", want, out)
+			}
+		}
+		if strings.Contains(out, "kcat") {
+			t.Errorf("a command line from headers that do not make one:\n%s", out)
+		}
+	})
+}
+
+func TestPrintable(t *testing.T) {
+	t.Parallel()
+	for _, s := range []string{"", "plain text", "Квартиры у парка", "emoji 😀", "a\tb", "\x1b[2J", "a\r\nb", "\x00", "\x7f",
+		"\u009b", "\u202e", "\u2028", "\xff\xfe", "\U000e0001"} {
+		got := printable(s)
+		if strings.IndexFunc(got, func(r rune) bool { return !strconv.IsPrint(r) }) >= 0 || !utf8.ValidString(got) {
+			t.Errorf("printable(%q) = %q: not printable", s, got)
+		}
+		if got != s {
+			if u, err := strconv.Unquote(got); err != nil || u != s {
+				t.Errorf("printable(%q) = %q, which does not unquote to it", s, got)
+			}
+		} else if s == "a\tb" || s == "\x7f" {
+			t.Errorf("printable(%q) left it as it is", s)
+		}
+
+		b, err := json.Marshal(map[string]string{s: s})
+		if err != nil {
+			t.Fatal(err)
+		}
+		j := printableJSON(append(b, '\n'))
+		if !bytes.HasSuffix(j, []byte("}\n")) || bytes.Count(j, []byte("\n")) != 1 {
+			t.Errorf("printableJSON(%s) = %s: not one line", b, j)
+		}
+		assertPrintable(t, "printableJSON", string(j))
+		var back map[string]string
+		if err := json.Unmarshal(j, &back); err != nil {
+			t.Errorf("printableJSON(%s) = %s: %v", b, j, err)
+		} else if want := string([]rune(s)); back[want] != want { // an invalid byte reads back as U+FFFD
+			t.Errorf("printableJSON(%s) = %s reads back as %q", b, j, back)
+		}
+	}
 }

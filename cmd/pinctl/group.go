@@ -1,14 +1,12 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"os"
 	"sort"
-	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -69,7 +67,7 @@ func groupMembers(d kafka.ConsumerGroupDescription) (members []string, ok bool) 
 		return nil, false
 	}
 	for _, m := range d.Members {
-		members = append(members, fmt.Sprintf("%s (client %s, host %s)", m.ConsumerID, m.ClientID, m.Host))
+		members = append(members, fmt.Sprintf("%s (client %s, host %s)", printable(m.ConsumerID), printable(m.ClientID), printable(m.Host)))
 	}
 	switch d.State {
 	case kafka.ConsumerGroupStatePreparingRebalance, kafka.ConsumerGroupStateCompletingRebalance, kafka.ConsumerGroupStateStable:
@@ -354,19 +352,13 @@ func groupResetCmd(ctx context.Context, args []string, stdin io.Reader, stdout, 
 		return usageError("group reset: --to-earliest is required")
 	}
 	o := groupResetOptions{Brokers: *brokers, Group: *group, Topic: *topic, DryRun: *dryRun, Join: *join}
-	if !*yes && !*dryRun {
-		f, isFile := stdin.(*os.File)
-		if !isFile || !dlqIsTerminal(f) {
-			return usageError("group reset: stdin is not a terminal: pass --yes to confirm")
+	if !*dryRun {
+		ask, err := confirmation("group reset", *yes, stdin, stdout)
+		if err != nil {
+			return err
 		}
-		o.Confirm = func() (bool, error) {
-			fmt.Fprintf(stdout, "commit these offsets for group %s? [y/N] ", *group)
-			line, err := bufio.NewReader(stdin).ReadString('\n')
-			if err != nil && !errors.Is(err, io.EOF) {
-				return false, err
-			}
-			a := strings.ToLower(strings.TrimSpace(line))
-			return a == "y" || a == "yes", nil
+		if ask != nil {
+			o.Confirm = func() (bool, error) { return ask(fmt.Sprintf("commit these offsets for group %s?", *group)) }
 		}
 	}
 	_, err := resetGroup(ctx, o, stdout)
