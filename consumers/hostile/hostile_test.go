@@ -2,7 +2,7 @@ package hostile
 
 import (
 	"encoding/json"
-	"fmt"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -191,8 +191,10 @@ func setPath(v any, path string, value any) {
 			}
 			v = c[p]
 		case []any:
-			var n int
-			fmt.Sscan(p, &n)
+			n, err := strconv.Atoi(p)
+			if err != nil {
+				panic(err)
+			}
 			if last {
 				c[n] = value
 				return
