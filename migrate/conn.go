@@ -12,6 +12,8 @@ import (
 	_ "ariga.io/atlas/sql/postgres" // atlas driver "postgres" for sqlclient.Open
 	"ariga.io/atlas/sql/sqlclient"
 	_ "github.com/lib/pq" // database/sql driver "postgres" used by the atlas driver
+
+	"github.com/pin-platform/consumers/internal/secret"
 )
 
 // DefaultConnectTimeout bounds how long opening a connection may take when
@@ -58,14 +60,9 @@ func open(ctx context.Context, rawURL string) (*sqlclient.Client, error) {
 	return c, nil
 }
 
-// Redact returns rawURL without its password, for messages.
-func Redact(rawURL string) string {
-	u, err := url.Parse(rawURL)
-	if err != nil {
-		return "<unparsable URL>"
-	}
-	return u.Redacted()
-}
+// Redact returns rawURL (a URL or a key=value string) with its password
+// masked, whether or not it parses: for messages.
+func Redact(rawURL string) string { return secret.DSN(rawURL) }
 
 // OperatorVersion is what Apply records in the revisions' operator_version
 // column: this tool and the atlas library it is built on.

@@ -96,7 +96,7 @@ type offsetWatcher struct {
 }
 
 func newOffsetWatcher(brokers, group, topic string, partitions int) (*offsetWatcher, error) {
-	c, err := kafka.NewConsumer(&kafka.ConfigMap{"bootstrap.servers": brokers, "group.id": group, "enable.auto.commit": false})
+	c, err := kafka.NewConsumer(kafkaConfig(brokers, kafka.ConfigMap{"group.id": group, "enable.auto.commit": false}))
 	if err != nil {
 		return nil, err
 	}

@@ -84,13 +84,13 @@ func exitCode(w io.Writer, err error) int {
 	case errors.Is(err, flag.ErrHelp):
 		return 0
 	case errors.As(err, &ue):
-		fmt.Fprintf(w, "pinctl: %s\n", ue)
+		fmt.Fprintf(w, "pinctl: %s\n", secrets.Redact(string(ue)))
 		return 2
 	case errors.Is(err, context.Canceled):
 		fmt.Fprintln(w, "pinctl: interrupted")
 		return 1
 	default:
-		fmt.Fprintf(w, "pinctl: %s\n", strings.Join(strings.Fields(err.Error()), " "))
+		fmt.Fprintf(w, "pinctl: %s\n", secrets.Redact(strings.Join(strings.Fields(err.Error()), " ")))
 		return 1
 	}
 }

@@ -571,7 +571,7 @@ func (d *dev) load(ctx context.Context, p *devProducer, n int) error {
 // watermarks returns the high watermark per source partition.
 func (d *dev) watermarks() map[string]map[int32]int64 {
 	out := map[string]map[int32]int64{}
-	c, err := kafka.NewConsumer(&kafka.ConfigMap{"bootstrap.servers": d.brokers, "group.id": "pinctl-dev-watermarks"})
+	c, err := kafka.NewConsumer(kafkaConfig(d.brokers, kafka.ConfigMap{"group.id": "pinctl-dev-watermarks"}))
 	if err != nil {
 		return out
 	}
@@ -632,7 +632,7 @@ func (d *dev) waitCaughtUp(ctx context.Context) error {
 
 func (d *dev) committed(group, topic string, partitions int) map[int32]int64 {
 	out := map[int32]int64{}
-	c, err := kafka.NewConsumer(&kafka.ConfigMap{"bootstrap.servers": d.brokers, "group.id": group})
+	c, err := kafka.NewConsumer(kafkaConfig(d.brokers, kafka.ConfigMap{"group.id": group}))
 	if err != nil {
 		return out
 	}
@@ -656,7 +656,7 @@ func (d *dev) committed(group, topic string, partitions int) map[int32]int64 {
 // dlqCodes reads the DLQ messages past the given watermarks, by code.
 func (d *dev) dlqCodes(topic string, from map[int32]int64) map[string]int {
 	codes := map[string]int{}
-	c, err := kafka.NewConsumer(&kafka.ConfigMap{"bootstrap.servers": d.brokers, "group.id": "pinctl-dev-dlq", "enable.auto.commit": false})
+	c, err := kafka.NewConsumer(kafkaConfig(d.brokers, kafka.ConfigMap{"group.id": "pinctl-dev-dlq", "enable.auto.commit": false}))
 	if err != nil {
 		return codes
 	}
@@ -788,12 +788,11 @@ type devProducer struct {
 // (dev scenarios, bench loads): lingerMs batches sends, 0 sends each
 // message at once (latency measurements).
 func newLoadProducer(brokers string, lingerMs int) (*kafka.Producer, error) {
-	return kafka.NewProducer(&kafka.ConfigMap{
-		"bootstrap.servers":            brokers,
+	return kafka.NewProducer(kafkaConfig(brokers, kafka.ConfigMap{
 		"enable.idempotence":           true,
 		"linger.ms":                    lingerMs,
 		"queue.buffering.max.messages": 1000000,
-	})
+	}))
 }
 
 func newDevProducer(brokers string) (*devProducer, error) {

@@ -252,8 +252,7 @@ func dlqRanges(c *kafka.Consumer, topic string, f dlqFilter) ([]dlqPartitionRang
 // newDLQReader returns an assign-only consumer: it never joins a group and
 // never commits.
 func newDLQReader(brokers string) (*kafka.Consumer, error) {
-	return kafka.NewConsumer(&kafka.ConfigMap{
-		"bootstrap.servers":        brokers,
+	return kafka.NewConsumer(kafkaConfig(brokers, kafka.ConfigMap{
 		"group.id":                 "pinctl-dlq-reader", // required by the client; never joined
 		"enable.auto.commit":       false,
 		"enable.auto.offset.store": false,
@@ -261,7 +260,7 @@ func newDLQReader(brokers string) (*kafka.Consumer, error) {
 		"auto.offset.reset":        "earliest",
 		"fetch.wait.max.ms":        100,
 		"log.connection.close":     false,
-	})
+	}))
 }
 
 // opCloseConsumer closes c, giving up after 10 s (Close can hang when
@@ -545,6 +544,9 @@ func dlqListCmd(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	summary := stdout // after the listing; on stderr with --json, so stdout stays JSON lines
 	if *asJSON {
 		summary = stderr
+	}
+	if err := checkKafka(ctx, *brokers); err != nil {
+		return err
 	}
 	_, err = listDLQ(ctx, dlqListOptions{Brokers: *brokers, Topic: *topic, Filter: f, Limit: *limit, JSON: *asJSON}, stdout, summary)
 	return err

@@ -294,14 +294,13 @@ func replayTargets(jobs []replayJob) string {
 // the error says the wait was cut short (ctx, timeout) or the producer
 // could not be created.
 func produceReplays(ctx context.Context, brokers string, jobs []replayJob, timeout time.Duration, out io.Writer, progress func(ok, bad int)) (ok, bad int, err error) {
-	p, err := kafka.NewProducer(&kafka.ConfigMap{
-		"bootstrap.servers":    brokers,
+	p, err := kafka.NewProducer(kafkaConfig(brokers, kafka.ConfigMap{
 		"enable.idempotence":   true,
 		"acks":                 "all",
 		"linger.ms":            5,
 		"message.timeout.ms":   int(timeout / time.Millisecond),
 		"log.connection.close": false,
-	})
+	}))
 	if err != nil {
 		return 0, 0, err
 	}
@@ -462,6 +461,9 @@ func dlqReplayCmd(ctx context.Context, args []string, stdin io.Reader, stdout, s
 		if ask != nil {
 			o.Confirm = func() (bool, error) { return ask("produce these messages to their source topic?") }
 		}
+	}
+	if err := checkKafka(ctx, *brokers); err != nil {
+		return err
 	}
 	var bar *replayBar
 	if f, ok := stderr.(*os.File); ok && !*dryRun && dlqIsTerminal(f) {

@@ -98,12 +98,11 @@ func activeGroupCommitError(err error) bool {
 // the commit, the result) is printed on out. It returns the partitions'
 // offsets; errGroupActive when the group has members.
 func resetGroup(ctx context.Context, o groupResetOptions, out io.Writer) ([]groupPartition, error) {
-	c, err := kafka.NewConsumer(&kafka.ConfigMap{
-		"bootstrap.servers":    o.Brokers,
+	c, err := kafka.NewConsumer(kafkaConfig(o.Brokers, kafka.ConfigMap{
 		"group.id":             o.Group, // used for OffsetFetch/OffsetCommit only: never subscribed
 		"enable.auto.commit":   false,
 		"log.connection.close": false,
-	})
+	}))
 	if err != nil {
 		return nil, err
 	}
@@ -222,15 +221,14 @@ func resetGroup(ctx context.Context, o groupResetOptions, out io.Writer) ([]grou
 // its assignment, refuses (errGroupActive) unless every partition of the
 // topic was assigned to it, commits tps as a member and leaves the group.
 func commitAsMember(ctx context.Context, o groupResetOptions, tps []kafka.TopicPartition, out io.Writer) ([]kafka.TopicPartition, error) {
-	c, err := kafka.NewConsumer(&kafka.ConfigMap{
-		"bootstrap.servers":     o.Brokers,
+	c, err := kafka.NewConsumer(kafkaConfig(o.Brokers, kafka.ConfigMap{
 		"group.id":              o.Group,
 		"enable.auto.commit":    false,
 		"auto.offset.reset":     "earliest",
 		"session.timeout.ms":    6000,
 		"heartbeat.interval.ms": 500,
 		"log.connection.close":  false,
-	})
+	}))
 	if err != nil {
 		return nil, err
 	}
@@ -361,8 +359,10 @@ func groupResetCmd(ctx context.Context, args []string, stdin io.Reader, stdout, 
 			o.Confirm = func() (bool, error) { return ask(fmt.Sprintf("commit these offsets for group %s?", *group)) }
 		}
 	}
-	_, err := resetGroup(ctx, o, stdout)
-	if err != nil {
+	if err := checkKafka(ctx, *brokers); err != nil {
+		return err
+	}
+	if _, err := resetGroup(ctx, o, stdout); err != nil {
 		return fmt.Errorf("group reset: %w", err)
 	}
 	return nil

@@ -12,7 +12,13 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+
+	"github.com/pin-platform/consumers/internal/secret"
 )
+
+// secrets are the passwords pinctl was given (its environment's, and the
+// database URL's of --url or --url-file): every error line is masked by it.
+var secrets = secret.FromEnv(os.Environ())
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)

@@ -7,10 +7,12 @@ import (
 	"fmt"
 	"os"
 	"regexp"
+	"strings"
 	"time"
 
 	atlasmigrate "ariga.io/atlas/sql/migrate"
 
+	"github.com/pin-platform/consumers/internal/secret"
 	"github.com/pin-platform/consumers/migrate"
 )
 
@@ -41,34 +43,63 @@ func dirFlag(fs *flag.FlagSet, def, doc string) *string {
 
 const embeddedDirDoc = "migration directory (default: the one compiled into pinctl, i.e. " + migrate.SourceDir + " at build time)"
 
-func requireURL(fs *flag.FlagSet, url string) error {
-	if url == "" {
-		fs.Usage()
-		return usageError(fs.Name() + ": --url is required")
+// databaseURL registers --url and --url-file. The database URL is --url's
+// (visible to every user of the machine in `ps` and kept in the shell's
+// history), else the first line of --url-file's file, else
+// $DATABASE_URL; its password joins what pinctl never prints.
+type databaseURL struct{ flag, file *string }
+
+func databaseURLFlags(fs *flag.FlagSet) databaseURL {
+	return databaseURL{
+		flag: fs.String("url", "", "database URL, postgres://user:password@host:port/db?sslmode=verify-full; visible to other users in ps and kept in your shell's history: prefer $DATABASE_URL or --url-file"),
+		file: fs.String("url-file", "", "a file whose first line is the database URL (a mounted secret)"),
 	}
-	return nil
+}
+
+// requireURL resolves the database URL of the command, or fails as a
+// usage error when none is given.
+func requireURL(fs *flag.FlagSet, d databaseURL) (string, error) {
+	u := *d.flag
+	if u == "" && *d.file != "" {
+		b, err := os.ReadFile(*d.file)
+		if err != nil {
+			return "", fmt.Errorf("--url-file: %w", err)
+		}
+		u, _, _ = strings.Cut(strings.TrimSpace(string(b)), "\n")
+		u = strings.TrimSpace(u)
+	}
+	if u == "" {
+		u = os.Getenv("DATABASE_URL")
+	}
+	if u == "" {
+		fs.Usage()
+		return "", usageError(fs.Name() + ": a database URL is required: --url, --url-file or $DATABASE_URL")
+	}
+	secrets.Add(secret.Passwords(u)...)
+	return u, nil
 }
 
 func migrateApply(ctx context.Context, args []string) error {
-	fs := newFlags("migrate apply", "migrate apply --url URL [--dir DIR] [--baseline VERSION]",
+	fs := newFlags("migrate apply", "migrate apply (--url URL | --url-file FILE | $DATABASE_URL) [--dir DIR] [--baseline VERSION]",
 		"Applies the pending migration files, each in its own transaction unless the file\n"+
 			"says `-- atlas:txmode none`, under an advisory lock, recording revisions in\n"+
 			"atlas_schema_revisions as the Atlas CLI does. Exit 0 when nothing is pending.")
-	url := fs.String("url", "", "database URL, postgres://user@host:port/db?sslmode=disable (required)")
+	db := databaseURLFlags(fs)
 	dirPath := dirFlag(fs, "", embeddedDirDoc)
 	baseline := fs.String("baseline", "", "on a non-empty database without migration history, treat files up to this version as applied")
 	lockTimeout := fs.Duration("lock-timeout", time.Minute, "how long to wait for another apply to finish")
 	if _, err := parseArgs(fs, args, 0, 0); err != nil {
 		return err
 	}
-	if err := requireURL(fs, *url); err != nil {
+	url, err := requireURL(fs, db)
+	if err != nil {
 		return err
 	}
 	dir, err := migrate.OpenDir(*dirPath)
 	if err != nil {
 		return err
 	}
-	applied, err := migrate.Apply(ctx, *url, dir, migrate.WithLog(os.Stdout),
+	applied, err := migrate.Apply(ctx, url, dir, migrate.WithLog(os.Stdout),
 		migrate.WithBaseline(*baseline), migrate.WithLockTimeout(*lockTimeout))
 	if err != nil {
 		return fmt.Errorf("migrate apply: %w", err)
@@ -80,7 +111,7 @@ func migrateApply(ctx context.Context, args []string) error {
 }
 
 func migrateStatus(ctx context.Context, args []string) error {
-	fs := newFlags("migrate status", "migrate status --url URL [--dev-url URL] [--dir DIR] [--exit-code] [--drift=false]",
+	fs := newFlags("migrate status", "migrate status (--url URL | --url-file FILE | $DATABASE_URL) [--dev-url URL] [--dir DIR] [--exit-code] [--drift=false]",
 		"Prints the database's current revision, the files apply would run, and drift:\n"+
 			"whether the live schema differs from what the applied files produce (a column\n"+
 			"added by hand, an index dropped), with the SQL that turns the migrations'\n"+
@@ -93,7 +124,7 @@ func migrateStatus(ctx context.Context, args []string) error {
 			"policies). Changes nothing on --url. Exit 0 when the database could be read,\n"+
 			"drift or not (1 on drift with --exit-code); 1 with one line on stderr when it\n"+
 			"cannot be reached or the drift check fails.")
-	url := fs.String("url", "", "database URL (required)")
+	db := databaseURLFlags(fs)
 	devURL := fs.String("dev-url", "", "empty database to replay the applied files on (default: a throwaway local PostgreSQL)")
 	dirPath := dirFlag(fs, "", embeddedDirDoc)
 	exitOnDrift := fs.Bool("exit-code", false, "exit 1 when the live schema has drifted from the migrations")
@@ -101,7 +132,8 @@ func migrateStatus(ctx context.Context, args []string) error {
 	if _, err := parseArgs(fs, args, 0, 0); err != nil {
 		return err
 	}
-	if err := requireURL(fs, *url); err != nil {
+	url, err := requireURL(fs, db)
+	if err != nil {
 		return err
 	}
 	dir, err := migrate.OpenDir(*dirPath)
@@ -110,7 +142,7 @@ func migrateStatus(ctx context.Context, args []string) error {
 	}
 	// Read the target first: an unreachable database fails before a dev
 	// server is started.
-	st, err := migrate.Status(ctx, *url, dir)
+	st, err := migrate.Status(ctx, url, dir)
 	if err != nil {
 		return fmt.Errorf("migrate status: %w", err)
 	}
@@ -127,29 +159,30 @@ func migrateStatus(ctx context.Context, args []string) error {
 		}
 		defer stop()
 	}
-	st.Drift, err = migrate.CheckDrift(ctx, *url, dev, dir, st)
+	st.Drift, err = migrate.CheckDrift(ctx, url, dev, dir, st)
 	migrate.WriteStatus(os.Stdout, st)
 	if err != nil {
 		return fmt.Errorf("migrate status: drift check: %w", err)
 	}
 	if *exitOnDrift && st.Drift.Drifted() {
-		return fmt.Errorf("migrate status: the live schema of %s has drifted from the migrations (--exit-code)", migrate.Redact(*url))
+		return fmt.Errorf("migrate status: the live schema of %s has drifted from the migrations (--exit-code)", migrate.Redact(url))
 	}
 	return nil
 }
 
 func migratePlan(ctx context.Context, args []string) error {
-	fs := newFlags("migrate plan", "migrate plan --url URL [--dev-url URL] [--dir DIR]",
+	fs := newFlags("migrate plan", "migrate plan (--url URL | --url-file FILE | $DATABASE_URL) [--dev-url URL] [--dir DIR]",
 		"Prints the SQL of every pending file with its lint findings, for review before\n"+
 			"apply. Changes nothing on --url. Lint runs on an empty dev database: --dev-url,\n"+
 			"or a throwaway local PostgreSQL. Exit 0 whatever the findings.")
-	url := fs.String("url", "", "database URL (required)")
+	db := databaseURLFlags(fs)
 	devURL := fs.String("dev-url", "", "empty database to lint on (default: a throwaway local PostgreSQL)")
 	dirPath := dirFlag(fs, "", embeddedDirDoc)
 	if _, err := parseArgs(fs, args, 0, 0); err != nil {
 		return err
 	}
-	if err := requireURL(fs, *url); err != nil {
+	url, err := requireURL(fs, db)
+	if err != nil {
 		return err
 	}
 	dir, err := migrate.OpenDir(*dirPath)
@@ -158,7 +191,7 @@ func migratePlan(ctx context.Context, args []string) error {
 	}
 	// Read the target first: an unreachable database fails before a dev
 	// server is started.
-	st, err := migrate.Status(ctx, *url, dir)
+	st, err := migrate.Status(ctx, url, dir)
 	if err != nil {
 		return fmt.Errorf("migrate plan: %w", err)
 	}
@@ -171,7 +204,7 @@ func migratePlan(ctx context.Context, args []string) error {
 		return fmt.Errorf("migrate plan: %w", err)
 	}
 	defer stop()
-	p, err := migrate.Plan(ctx, *url, dev, dir)
+	p, err := migrate.Plan(ctx, url, dev, dir)
 	if err != nil {
 		return fmt.Errorf("migrate plan: %w", err)
 	}

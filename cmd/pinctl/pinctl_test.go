@@ -139,7 +139,7 @@ func TestMigrateCommands(t *testing.T) {
 		{"apply again", []string{"migrate", "apply", "--url", url}, 0},
 		{"plan of an up-to-date database", []string{"migrate", "plan", "--url", url}, 0},
 		{"lint of the committed files", []string{"migrate", "lint", "--dir", "../../migrate/migrations", "--dev-url", pgtest.NewEmptyDB(t)}, 0},
-		{"apply without --url", []string{"migrate", "apply"}, 2},
+		{"apply without a URL (no --url, --url-file or $DATABASE_URL)", []string{"migrate", "apply"}, 2},
 		{"apply to an unreachable database", []string{"migrate", "apply", "--url", unreachable}, 1},
 		{"status of an unreachable database", []string{"migrate", "status", "--url", unreachable}, 1},
 		{"plan of an unreachable database", []string{"migrate", "plan", "--url", unreachable}, 1},
@@ -148,6 +148,7 @@ func TestMigrateCommands(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
+			t.Setenv("DATABASE_URL", "") // the test server's: never a command's default here
 			var stderr bytes.Buffer
 			code := exitCode(&stderr, run(t.Context(), tt.args))
 			if code != tt.code {

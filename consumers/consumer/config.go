@@ -8,7 +8,10 @@ import (
 	"time"
 
 	"github.com/confluentinc/confluent-kafka-go/v2/kafka"
+	"github.com/lib/pq"
 	"github.com/rs/zerolog"
+
+	"github.com/pin-platform/consumers/internal/kafkaenv"
 )
 
 // Config is a consumer process's configuration (CONTRACT.md §2).
@@ -18,8 +21,12 @@ type Config struct {
 	HTTPAddr       string        // HTTP_ADDR
 	LogLevel       zerolog.Level // LOG_LEVEL
 	RetryTimeScale float64       // RETRY_TIME_SCALE, > 0
-	// Kafka holds every other KAFKA_<PROPERTY> as a librdkafka property.
+	// Kafka holds every other KAFKA_<PROPERTY> as a librdkafka property
+	// (package kafkaenv).
 	Kafka kafka.ConfigMap
+	// KafkaIgnored is the warning about the Kubernetes service-link
+	// variables left out of Kafka ("" when none).
+	KafkaIgnored string
 
 	BatchSize    int           // CONSUMER_BATCH_SIZE: messages of one partition per transaction (default 64)
 	QueueSize    int           // CONSUMER_QUEUE_SIZE: messages buffered per partition before it is paused (default 256)
@@ -68,6 +75,8 @@ type ConfigError struct {
 	Err error
 }
 
+// Error names the variable and the problem, never the value (a value may
+// be a secret, or hold one).
 func (e *ConfigError) Error() string { return e.Var + ": " + e.Err.Error() }
 func (e *ConfigError) Unwrap() error { return e.Err }
 
@@ -100,11 +109,19 @@ func ConfigFromEnv(environ []string, defaultHTTP string) (Config, error) {
 	var errs []error
 	fail := func(name string, err error) { errs = append(errs, &ConfigError{Var: name, Err: err}) }
 
-	if c.Brokers = env["KAFKA_BOOTSTRAP_SERVERS"]; c.Brokers == "" {
+	kc := kafkaenv.FromEnv(environ)
+	c.Kafka, c.KafkaIgnored = kc.Props, kc.Warning()
+	if c.Brokers = kc.Brokers; c.Brokers == "" {
 		fail("KAFKA_BOOTSTRAP_SERVERS", errors.New("required"))
 	}
-	if c.DatabaseURL = env["DATABASE_URL"]; c.DatabaseURL == "" {
+	switch c.DatabaseURL = env["DATABASE_URL"]; {
+	case c.DatabaseURL == "":
 		fail("DATABASE_URL", errors.New("required"))
+	default:
+		// Never the value nor the parser's text: both may hold the password.
+		if _, err := pq.NewConfig(c.DatabaseURL); err != nil {
+			fail("DATABASE_URL", errors.New("is neither a postgres:// URL nor a key=value string (in a URL, percent-encode the password's %, @, : and /: %25, %40, %3A, %2F)"))
+		}
 	}
 	if v, ok := env["HTTP_ADDR"]; ok && v != "" {
 		c.HTTPAddr = v
@@ -112,14 +129,14 @@ func ConfigFromEnv(environ []string, defaultHTTP string) (Config, error) {
 	if v := env["LOG_LEVEL"]; v != "" {
 		l, err := zerolog.ParseLevel(strings.ToLower(v))
 		if err != nil || l == zerolog.NoLevel {
-			fail("LOG_LEVEL", fmt.Errorf("%q is not a level (trace, debug, info, warn, error)", v))
+			fail("LOG_LEVEL", errors.New("is not a level (trace, debug, info, warn, error)"))
 		}
 		c.LogLevel = l
 	}
 	if v := env["RETRY_TIME_SCALE"]; v != "" {
 		f, err := strconv.ParseFloat(v, 64)
 		if err != nil || !(f > 0) {
-			fail("RETRY_TIME_SCALE", fmt.Errorf("%q is not a number > 0", v))
+			fail("RETRY_TIME_SCALE", errors.New("is not a number > 0"))
 		}
 		c.RetryTimeScale = f
 	}
@@ -127,7 +144,7 @@ func ConfigFromEnv(environ []string, defaultHTTP string) (Config, error) {
 		if v := env[name]; v != "" {
 			n, err := strconv.Atoi(v)
 			if err != nil || n < least {
-				fail(name, fmt.Errorf("%q is not a whole number ≥ %d", v, least))
+				fail(name, fmt.Errorf("is not a whole number ≥ %d", least))
 				return
 			}
 			*dst = n
@@ -139,7 +156,7 @@ func ConfigFromEnv(environ []string, defaultHTTP string) (Config, error) {
 		if v := env[name]; v != "" {
 			d, err := time.ParseDuration(v)
 			if err != nil || d <= 0 {
-				fail(name, fmt.Errorf("%q is not a positive duration (e.g. 10s)", v))
+				fail(name, errors.New("is not a positive duration (e.g. 10s)"))
 				return
 			}
 			*dst = d
@@ -148,7 +165,7 @@ func ConfigFromEnv(environ []string, defaultHTTP string) (Config, error) {
 	if v := env["CONSUMER_PPROF"]; v != "" {
 		b, err := strconv.ParseBool(v)
 		if err != nil {
-			fail("CONSUMER_PPROF", fmt.Errorf("%q is not a boolean (true, false)", v))
+			fail("CONSUMER_PPROF", errors.New("is not a boolean (true, false)"))
 		}
 		c.Pprof = b
 	}
@@ -167,34 +184,10 @@ func ConfigFromEnv(environ []string, defaultHTTP string) (Config, error) {
 	durVar("CONSUMER_SCHEMA_RECHECK", &c.SchemaRecheck)
 	durVar("MAX_CLOCK_SKEW", &c.MaxClockSkew)
 
-	for k, v := range env {
-		name, ok := strings.CutPrefix(k, "KAFKA_")
-		if !ok || name == "" || name == "BOOTSTRAP_SERVERS" {
-			continue
-		}
-		prop := strings.ReplaceAll(strings.ToLower(name), "_", ".")
-		c.Kafka[prop] = kafkaValue(prop, v)
-	}
 	if len(errs) > 0 {
 		return c, errors.Join(errs...)
 	}
 	return c, nil
-}
-
-// kafkaValue types a KAFKA_* value. librdkafka takes every property as a
-// string, but confluent-kafka-go's own go.* properties (e.g.
-// KAFKA_GO_EVENTS_CHANNEL_SIZE) must be ints or bools.
-func kafkaValue(prop, v string) kafka.ConfigValue {
-	if !strings.HasPrefix(prop, "go.") {
-		return v
-	}
-	if n, err := strconv.Atoi(v); err == nil {
-		return n
-	}
-	if b, err := strconv.ParseBool(v); err == nil && (v == "true" || v == "false") {
-		return b
-	}
-	return v
 }
 
 // scale multiplies a retry delay by RETRY_TIME_SCALE.

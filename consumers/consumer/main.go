@@ -22,6 +22,7 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 
 	"github.com/pin-platform/consumers/ent"
+	"github.com/pin-platform/consumers/internal/secret"
 	"github.com/pin-platform/consumers/migrate"
 )
 
@@ -38,6 +39,11 @@ const (
 // service and registers its own metrics on reg. It returns the exit code.
 func Main(ctx context.Context, environ []string, stderr io.Writer, defaultHTTP string,
 	build func(reg prometheus.Registerer) Service) int {
+	// Whatever the process prints goes through the redactor of its
+	// secrets (the database password, the KAFKA_* secrets): the last guard
+	// behind messages that never name a value.
+	red := secret.FromEnv(environ)
+	stderr = red.Writer(stderr)
 	cfg, err := ConfigFromEnv(environ, defaultHTTP)
 	if err != nil {
 		fmt.Fprintf(stderr, "configuration: %s\n", strings.ReplaceAll(err.Error(), "\n", "; "))
@@ -45,6 +51,9 @@ func Main(ctx context.Context, environ []string, stderr io.Writer, defaultHTTP s
 	}
 	zerolog.TimeFieldFormat = time.RFC3339Nano
 	log := zerolog.New(stderr).Level(cfg.LogLevel).With().Timestamp().Logger()
+	if cfg.KafkaIgnored != "" {
+		log.Warn().Msg(cfg.KafkaIgnored)
+	}
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -60,8 +69,8 @@ func Main(ctx context.Context, environ []string, stderr io.Writer, defaultHTTP s
 
 	db, err := OpenDB(cfg.DatabaseURL, DBOptions{StatementCache: cfg.StatementCache,
 		Metrics: prometheus.WrapRegistererWith(prometheus.Labels{"service": svc.Name}, reg)})
-	if err != nil {
-		fmt.Fprintf(stderr, "configuration: DATABASE_URL: %v\n", err)
+	if err != nil { // not its text: the parser's may hold the password
+		fmt.Fprintln(stderr, "configuration: DATABASE_URL: lib/pq refuses it")
 		return ExitConfig
 	}
 	defer db.Close()
@@ -75,7 +84,7 @@ func Main(ctx context.Context, environ []string, stderr io.Writer, defaultHTTP s
 		slog.Error().Err(err).Msg("setup failed")
 		return ExitFailed
 	}
-	rt, err := New(cfg, svc, client, db, Options{Logger: log, Registry: reg, SchemaVersion: schema})
+	rt, err := New(cfg, svc, client, db, Options{Logger: log, Registry: reg, SchemaVersion: schema, Redact: red.Redact})
 	if err != nil {
 		slog.Error().Err(err).Msg("setup failed")
 		return ExitFailed

@@ -282,7 +282,7 @@ func (r *Runtime) postpone(ctx context.Context, row *ent.ParkedMessage, attempts
 // to be dead-lettered again: DLQ records are at least once (readers dedupe
 // on x-source-topic, x-original-partition, x-original-offset).
 func (r *Runtime) redriveDeadLetter(ctx context.Context, tx *ent.Tx, row *ent.ParkedMessage, it *item, code Code, cause error) (bool, error) {
-	if err := r.dlq.send(ctx, it.km, code, cause.Error(), it.attempts); err != nil {
+	if err := r.dlq.send(ctx, it.km, code, r.redact(cause.Error()), it.attempts); err != nil {
 		_ = tx.Rollback()
 		r.m.infra("kafka")
 		r.postpone(ctx, row, it.attempts, row.UnexpectedFailures, err)

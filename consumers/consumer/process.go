@@ -486,7 +486,7 @@ func (w *worker) attempt(it *item) (Outcome, error) {
 	if err != nil || !claimed {
 		_ = tx.Rollback()
 		if err != nil {
-			span.SetStatus(codes.Error, err.Error())
+			span.SetStatus(codes.Error, r.redact(err.Error()))
 		}
 		return out, err
 	}
@@ -521,7 +521,7 @@ func (r *Runtime) finish(it *item, err error) {
 	switch {
 	case it.outcome == DeadLettered:
 		ev = r.logFor(it).Error().Err(err)
-		it.span.SetStatus(codes.Error, err.Error())
+		it.span.SetStatus(codes.Error, r.redact(err.Error()))
 	case it.outcome == SkippedUnknownEventType:
 		ev = r.logFor(it).Warn()
 	case err != nil: // parked: the reason it waits
@@ -566,7 +566,7 @@ func (w *worker) deadLetter(it *item, code Code, cause error, attempts int) bool
 	// The next transaction of this worker takes one again.
 	w.giveTurn()
 	for {
-		err := r.dlq.send(w.ctx, it.km, code, cause.Error(), attempts)
+		err := r.dlq.send(w.ctx, it.km, code, r.redact(cause.Error()), attempts)
 		if err == nil {
 			break
 		}

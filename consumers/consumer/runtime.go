@@ -23,6 +23,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/pin-platform/consumers/ent"
+	"github.com/pin-platform/consumers/internal/kafkaenv"
 )
 
 // Options are a Runtime's collaborators. Zero values take sane defaults.
@@ -31,6 +32,9 @@ type Options struct {
 	Registry       *prometheus.Registry          // default: a new registry with Go and process collectors
 	TracerProvider trace.TracerProvider          // default: otel.GetTracerProvider()
 	Propagator     propagation.TextMapPropagator // default: W3C trace context
+	// Redact masks the process's secrets in a text the runtime sends out
+	// (a DLQ's x-dlq-reason, a span's status); nil: none.
+	Redact func(string) string
 	// SchemaVersion is the newest migration the binary was built with
 	// (migrate.Latest): the consumer joins its group only once the database
 	// has it (schemagate.go). Empty: no gate.
@@ -81,6 +85,7 @@ type Runtime struct {
 	commitReq chan struct{}
 
 	schemaVersion string                 // Options.SchemaVersion
+	redact        func(string) string    // Options.Redact (never nil after New)
 	gate          atomic.Pointer[string] // why the schema gate holds the consumer out of its group; nil: open
 	joined        atomic.Bool            // the member got its first assignment (possibly empty)
 	cooperative   bool                   // partition.assignment.strategy is cooperative-sticky
@@ -128,6 +133,7 @@ func New(cfg Config, svc Service, client *ent.Client, db *sql.DB, opts Options) 
 		workers: map[int32]*worker{},
 
 		schemaVersion: opts.SchemaVersion,
+		redact:        opts.Redact,
 		commits:       make(map[string]*atomic.Int64, len(svc.Routes)),
 	}
 	for _, rt := range svc.Routes {
@@ -156,6 +162,9 @@ func New(cfg Config, svc Service, client *ent.Client, db *sql.DB, opts Options) 
 		attribute.String("messaging.consumer.group.name", svc.Group))
 	if r.prop == nil {
 		r.prop = propagation.TraceContext{}
+	}
+	if r.redact == nil {
+		r.redact = func(s string) string { return s }
 	}
 	var lag func(context.Context) (time.Time, bool, error)
 	if src := svc.Metrics.LagSource; src != nil {
@@ -246,6 +255,18 @@ func (r *Runtime) consumerConfig() kafka.ConfigMap {
 // are committed to Kafka, and Run returns nil. It returns an error for a
 // fatal Kafka error or a setup failure.
 func (r *Runtime) Run(ctx context.Context) error {
+	// Brokers that refuse the credentials or the TLS handshake would
+	// otherwise be retried in silence: one clear error, and the process
+	// exits.
+	if err := kafkaenv.Check(ctx, r.kafkaConfig(nil), 30*time.Second); err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
+		if errors.Is(err, kafkaenv.ErrConfig) {
+			return &ConfigError{Var: "KAFKA_*", Err: err}
+		}
+		return err
+	}
 	cm := r.consumerConfig()
 	strategy, _ := cm["partition.assignment.strategy"].(string)
 	r.cooperative = strings.Contains(strings.ToLower(strategy), "cooperative")
