@@ -114,14 +114,11 @@ func ConfigFromEnv(environ []string, defaultHTTP string) (Config, error) {
 	if c.Brokers = kc.Brokers; c.Brokers == "" {
 		fail("KAFKA_BOOTSTRAP_SERVERS", errors.New("required"))
 	}
-	switch c.DatabaseURL = env["DATABASE_URL"]; {
-	case c.DatabaseURL == "":
+	if c.DatabaseURL = env["DATABASE_URL"]; c.DatabaseURL == "" {
 		fail("DATABASE_URL", errors.New("required"))
-	default:
+	} else if _, err := pq.NewConfig(c.DatabaseURL); err != nil {
 		// Never the value nor the parser's text: both may hold the password.
-		if _, err := pq.NewConfig(c.DatabaseURL); err != nil {
-			fail("DATABASE_URL", errors.New("is neither a postgres:// URL nor a key=value string (in a URL, percent-encode the password's %, @, : and /: %25, %40, %3A, %2F)"))
-		}
+		fail("DATABASE_URL", errors.New("is neither a postgres:// URL nor a key=value string (in a URL, percent-encode the password's %, @, : and /: %25, %40, %3A, %2F)"))
 	}
 	if v, ok := env["HTTP_ADDR"]; ok && v != "" {
 		c.HTTPAddr = v

@@ -12,7 +12,7 @@ const pw = "p%4Ass@w:rd/x"
 func TestDSNMasksThePasswordOfEveryForm(t *testing.T) {
 	for _, dsn := range []string{
 		"postgres://app:p%254Ass%40w%3Ard%2Fx@db:5432/pin?sslmode=verify-full", // percent-encoded, as it should be
-		"postgres://app:" + pw + "@db:5432/pin?sslmode=disable",                 // as a hand would write it: does not parse
+		"postgres://app:" + pw + "@db:5432/pin?sslmode=disable",                // as a hand would write it: does not parse
 		"postgres://app@db/pin?password=" + pw + "&sslmode=disable",
 		"host=db user=app password='" + pw + "' dbname=pin",
 		"host=db user=app password=" + pw + " dbname=pin",
