@@ -1,11 +1,11 @@
 package consumer_test
 
 import (
+	"bytes"
 	"context"
 	"database/sql"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"io"
 	"net"
 	"net/url"
@@ -16,8 +16,12 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/pin-platform/consumers/consumers/consumer"
+	"github.com/pin-platform/consumers/consumers/consumer/consumertest"
 	"github.com/pin-platform/consumers/consumers/kafkatest"
 	"github.com/pin-platform/consumers/ent"
 	"github.com/pin-platform/consumers/ent/lead"
@@ -142,9 +146,17 @@ type env struct {
 	db      *sql.DB
 }
 
+// newEnv is an env on the mock cluster.
 func newEnv(t *testing.T) *env {
 	t.Helper()
-	cl := kafkatest.NewCluster(t, map[string]int{probeTopic: 3, probeDLQ: 3})
+	return newEnvOn(t, kafkatest.NewCluster)
+}
+
+// newEnvOn is an env on the cluster newCluster starts (a kafkatest.Broker's
+// New, or a kfake cluster of a test's own).
+func newEnvOn(t *testing.T, newCluster func(testing.TB, map[string]int) *kafkatest.Cluster) *env {
+	t.Helper()
+	cl := newCluster(t, map[string]int{probeTopic: 3, probeDLQ: 3})
 	u := pgtest.NewDB(t)
 	db, err := sql.Open("postgres", u)
 	if err != nil {
@@ -152,6 +164,28 @@ func newEnv(t *testing.T) *env {
 	}
 	t.Cleanup(func() { db.Close() })
 	return &env{t: t, cluster: cl, url: u, db: db}
+}
+
+// onEachBroker runs body as parallel subtests, one per kafkatest.Brokers,
+// each with an env of its own on that broker.
+func onEachBroker(t *testing.T, body func(t *testing.T, e *env)) {
+	t.Helper()
+	kafkatest.EachBroker(t, func(t *testing.T, b kafkatest.Broker) {
+		t.Parallel()
+		body(t, newEnvOn(t, b.New))
+	})
+}
+
+// start runs the service build makes against the env's cluster and
+// database, with the cluster's client settings under o.Kafka's.
+func (e *env) start(build func(prometheus.Registerer) consumer.Service, o consumertest.Options) *consumertest.Running {
+	e.t.Helper()
+	km := e.cluster.ClientConfig()
+	for k, v := range o.Kafka {
+		km[k] = v
+	}
+	o.Kafka = km
+	return consumertest.Start(e.t, e.cluster.Bootstrap, e.url, build, o)
 }
 
 func (e *env) lead() uuid.UUID {
@@ -332,4 +366,62 @@ func (p *proxy) restore() {
 	p.up = true
 }
 
-var _ = fmt.Sprint
+// revokeWatch is a log writer that sets revoking when the runtime logs
+// that its partitions are revoked, which it does before it drains them and
+// commits.
+type revokeWatch struct {
+	w        io.Writer
+	revoking *atomic.Bool
+}
+
+func (r revokeWatch) Write(p []byte) (int, error) {
+	if bytes.Contains(p, []byte(`"partitions revoked"`)) {
+		r.revoking.Store(true)
+	}
+	return r.w.Write(p)
+}
+
+// refusedCommits are the probe group's offset commits a kfake cluster
+// refuses while a condition holds.
+type refusedCommits struct {
+	handle *kfake.FaultHandle
+	mu     sync.Mutex
+	max    map[int32]int64 // per partition, the highest offset a refused commit carried
+}
+
+// refuseCommits makes fc refuse the probe group's offset commits while
+// refuse() holds, with OFFSET_METADATA_TOO_LARGE: librdkafka takes it as
+// final (no retry, no coordinator look-up), so each refused request is one
+// failed Commit.
+func refuseCommits(fc *kfake.Cluster, refuse func() bool) *refusedCommits {
+	r := &refusedCommits{max: map[int32]int64{}}
+	r.handle = fc.Fault(kfake.Fault{
+		Keys: []kmsg.Key{kmsg.OffsetCommit}, Group: probeGroup, Err: kerr.OffsetMetadataTooLarge, Count: -1,
+		When: func(req kmsg.Request) bool {
+			if !refuse() {
+				return false
+			}
+			r.mu.Lock()
+			defer r.mu.Unlock()
+			for _, t := range req.(*kmsg.OffsetCommitRequest).Topics {
+				for _, p := range t.Partitions {
+					r.max[p.Partition] = max(r.max[p.Partition], p.Offset)
+				}
+			}
+			return true
+		},
+	})
+	return r
+}
+
+// carried sums over the partitions the highest offset a refused commit
+// carried.
+func (r *refusedCommits) carried() int64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var n int64
+	for _, o := range r.max {
+		n += o
+	}
+	return n
+}
