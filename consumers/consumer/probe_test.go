@@ -6,9 +6,11 @@ import (
 	"database/sql"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/url"
+	"os"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -16,6 +18,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/rs/zerolog"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -293,9 +296,21 @@ func (e *env) committed() int64 {
 
 func (e *env) waitCommitted(n int64) {
 	e.t.Helper()
-	kafkatest.Eventually(e.t, 30*time.Second, func() bool { return e.committed() == n },
-		"committed offsets to reach %d (have %d)", n, e.committed())
+	var have map[int32]int64
+	kafkatest.Eventually(e.t, 30*time.Second, func() bool {
+		have = e.cluster.Committed(e.t, probeGroup, probeTopic)
+		var sum int64
+		for _, o := range have {
+			sum += o
+		}
+		return sum == n
+	}, "committed offsets to reach %d in all (have %v)", n, lazy(func() any { return have }))
 }
+
+// lazy formats as what its function returns when it is formatted.
+type lazy func() any
+
+func (l lazy) String() string { return fmt.Sprint(l()) }
 
 // proxy is a TCP proxy to PostgreSQL that a test can cut and restore: the
 // database "goes away" for the runtime only.
@@ -366,19 +381,27 @@ func (p *proxy) restore() {
 	p.up = true
 }
 
-// revokeWatch is a log writer that sets revoking when the runtime logs
-// that its partitions are revoked, which it does before it drains them and
-// commits.
-type revokeWatch struct {
-	w        io.Writer
-	revoking *atomic.Bool
+// logWatch is a log writer that sets seen once a line holding match is
+// written, before it passes the line on to w.
+type logWatch struct {
+	w     io.Writer
+	match string
+	seen  *atomic.Bool
 }
 
-func (r revokeWatch) Write(p []byte) (int, error) {
-	if bytes.Contains(p, []byte(`"partitions revoked"`)) {
-		r.revoking.Store(true)
+func (l logWatch) Write(p []byte) (int, error) {
+	if bytes.Contains(p, []byte(l.match)) {
+		l.seen.Store(true)
 	}
-	return r.w.Write(p)
+	return l.w.Write(p)
+}
+
+// watchedLogger is a console logger (as consumertest's, at info) that sets
+// seen once a line holding match is logged.
+func watchedLogger(match string, seen *atomic.Bool) *zerolog.Logger {
+	l := zerolog.New(logWatch{zerolog.ConsoleWriter{Out: os.Stderr, NoColor: true}, match, seen}).
+		Level(zerolog.InfoLevel).With().Timestamp().Logger()
+	return &l
 }
 
 // refusedCommits are the probe group's offset commits a kfake cluster

@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
-	"os"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -444,12 +443,12 @@ func TestARevokeCommitsTheOffsetsProcessedBeforeIt(t *testing.T) {
 			_, v := envelope(leadID, "")
 			e.produce(int32(i%3), v)
 		}
+		// revoking: a logged that its partitions are revoked, which it
+		// does before it drains them and commits.
 		var revoking atomic.Bool
-		logger := zerolog.New(revokeWatch{zerolog.ConsoleWriter{Out: os.Stderr, NoColor: true}, &revoking}).
-			Level(zerolog.InfoLevel).With().Timestamp().Logger()
 		// Auto-commit far away: the runtime's own commits are the only ones.
 		noAuto := kafka.ConfigMap{"auto.commit.interval.ms": 600000}
-		a := e.start(probeService(long...), consumertest.Options{Kafka: noAuto, Logger: &logger})
+		a := e.start(probeService(long...), consumertest.Options{Kafka: noAuto, Logger: watchedLogger(`"partitions revoked"`, &revoking)})
 		e.waitCommitted(first)
 
 		eager := map[string]string{"trigger": "stored", "result": "committed"}

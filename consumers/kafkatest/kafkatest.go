@@ -295,6 +295,9 @@ func (c *Cluster) Committed(t testing.TB, group, topic string) map[int32]int64 {
 	}
 	out := map[int32]int64{}
 	for _, tp := range got {
+		if tp.Error != nil {
+			t.Fatalf("kafkatest: committed offset of %s [%d]: %v", group, tp.Partition, tp.Error)
+		}
 		if tp.Offset >= 0 {
 			out[tp.Partition] = int64(tp.Offset)
 		}
