@@ -6,7 +6,7 @@
 // The mock cluster is the default (NewCluster): it starts fast and is what
 // most tests run on. Its group coordinator is partial: it describes no
 // groups, it refuses a commit from outside a group that ever had members,
-// and a member's commit during a rebalance never succeeds. kfake
+// and it refuses a member's commit while the group rebalances. kfake
 // (NewKfake) has a group coordinator that behaves like Kafka's, answers the
 // AdminClient's group requests, and lets a test inject broker-side faults
 // (Cluster.Kfake: Fault, ControlKey, MoveTopicPartition). Tests of the
@@ -267,7 +267,8 @@ func (c *Cluster) Count(t testing.TB, topic string) int {
 }
 
 // Committed returns group's committed offset per partition of topic
-// (partitions without a commit are absent).
+// (partitions without a commit are absent; a group kfake never saw has
+// none).
 func (c *Cluster) Committed(t testing.TB, group, topic string) map[int32]int64 {
 	t.Helper()
 	cm := c.Config(kafka.ConfigMap{"group.id": group})
