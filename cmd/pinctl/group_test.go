@@ -14,18 +14,25 @@ import (
 	"github.com/pin-platform/consumers/consumers/kafkatest"
 )
 
-// groupTopic makes a 3-partition topic holding n messages per partition
-// and commits the high watermark of each for testGroup, as a group that
-// has read everything would have.
+// groupTopic makes a 3-partition topic on the mock cluster holding n
+// messages per partition and commits the high watermark of each for
+// testGroup, as a group that has read everything would have.
 func groupTopic(t *testing.T, n int) *kafkatest.Cluster {
 	t.Helper()
-	kc := kafkatest.NewCluster(t, map[string]int{testSource: 3})
+	return groupTopicOn(t, kafkatest.NewCluster, n)
+}
+
+// groupTopicOn is groupTopic on the cluster newCluster starts.
+func groupTopicOn(t *testing.T, newCluster func(testing.TB, map[string]int) *kafkatest.Cluster, n int) *kafkatest.Cluster {
+	t.Helper()
+	kc := newCluster(t, map[string]int{testSource: 3})
 	for p := range int32(3) {
 		for i := range n {
 			kc.Produce(t, testSource, kafkatest.Message{Partition: p, Key: fmt.Appendf(nil, "k%d", i), Value: []byte("{}")})
 		}
 	}
-	c, err := kafka.NewConsumer(&kafka.ConfigMap{"bootstrap.servers": kc.Bootstrap, "group.id": testGroup, "enable.auto.commit": false})
+	cm := kc.Config(kafka.ConfigMap{"group.id": testGroup, "enable.auto.commit": false})
+	c, err := kafka.NewConsumer(&cm)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -103,69 +110,102 @@ func TestGroupReset(t *testing.T) {
 		wantCommitted(t, kc, 2)
 	})
 
-	t.Run("refused while the group has a member, done once it left", func(t *testing.T) {
-		t.Parallel()
-		kc := groupTopic(t, 3)
-		member, err := kafka.NewConsumer(&kafka.ConfigMap{
-			"bootstrap.servers": kc.Bootstrap, "group.id": testGroup,
-			"enable.auto.commit": false, "session.timeout.ms": 6000, "heartbeat.interval.ms": 500,
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := member.Subscribe(testSource, nil); err != nil {
-			t.Fatal(err)
-		}
-		kafkatest.Eventually(t, 30*time.Second, func() bool {
-			member.Poll(50)
-			a, err := member.Assignment()
-			return err == nil && len(a) == 3
-		}, "the member got the topic's partitions")
-		polling := make(chan struct{})
-		stopped := make(chan struct{})
-		go func() { // keep the member alive
-			defer close(stopped)
-			for {
-				select {
-				case <-polling:
-					return
-				default:
-					member.Poll(50)
+	// A member of the group, and a reset from outside while it runs and
+	// once it left. librdkafka's mock cluster neither describes groups nor
+	// accepts a commit from outside a group that ever had members: there
+	// the reset is refused by the broker while the member runs, and after
+	// it left it needs --join. kfake's coordinator behaves like Kafka's: it
+	// describes the group (the reset names its member) and, once the group
+	// is empty, accepts the commit from outside.
+	kafkatest.EachBroker(t, func(t *testing.T, b kafkatest.Broker) {
+		t.Run("refused while the group has a member, done once it left", func(t *testing.T) {
+			t.Parallel()
+			kfake := b.Name == "kfake"
+			kc := groupTopicOn(t, b.New, 3)
+			cm := kc.Config(kafka.ConfigMap{
+				"group.id": testGroup, "enable.auto.commit": false, "session.timeout.ms": 6000, "heartbeat.interval.ms": 500,
+			})
+			member, err := kafka.NewConsumer(&cm)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := member.Subscribe(testSource, nil); err != nil {
+				t.Fatal(err)
+			}
+			kafkatest.Eventually(t, 30*time.Second, func() bool {
+				member.Poll(50)
+				a, err := member.Assignment()
+				return err == nil && len(a) == 3
+			}, "the member got the topic's partitions")
+			polling := make(chan struct{})
+			stopped := make(chan struct{})
+			go func() { // keep the member alive
+				defer close(stopped)
+				for {
+					select {
+					case <-polling:
+						return
+					default:
+						member.Poll(50)
+					}
+				}
+			}()
+			reset := func(join bool) (string, error) {
+				var out bytes.Buffer
+				_, err := resetGroup(context.Background(), groupResetOptions{Brokers: kc.Bootstrap, Group: testGroup, Topic: testSource, Join: join}, &out)
+				return out.String(), err
+			}
+
+			out, err := reset(false)
+			if !errors.Is(err, errGroupActive) {
+				t.Fatalf("reset with a member: error %v, want errGroupActive\n%s", err, out)
+			}
+			if kfake {
+				// Described: refused before anything is committed, with the
+				// member named.
+				if !strings.Contains(out, "state Stable, 1 member(s)") || !strings.Contains(out, "member rdkafka-") {
+					t.Errorf("the output does not name the group's state and member:\n%s", out)
+				}
+			} else if !strings.Contains(out, "could not describe the group") {
+				// The mock cluster describes no groups: the broker refuses the
+				// commit from outside the group.
+				t.Errorf("the output does not say the group could not be described:\n%s", out)
+			}
+			// With --join as well: on kfake the description refuses it first;
+			// on the mock cluster, joining, it would share the partitions
+			// with the member.
+			if out, err := reset(true); !errors.Is(err, errGroupActive) || !kfake && !strings.Contains(err.Error(), "another member holds the rest") {
+				t.Fatalf("reset --join with a member: error %v, want errGroupActive\n%s", err, out)
+			}
+			close(polling)
+			<-stopped
+			wantCommitted(t, kc, 3)
+
+			opCloseConsumer(member) // leaves the group at once
+			if kfake {
+				// Kafka's behaviour: an empty group takes a commit from
+				// outside it, no --join needed.
+				out, err := reset(false)
+				if err != nil {
+					t.Fatalf("reset after the member left: %v\n%s", err, out)
+				}
+				if !strings.Contains(out, "state Empty, 0 member(s)") || !strings.Contains(out, "done: group "+testGroup) {
+					t.Errorf("the output does not show an empty group reset:\n%s", out)
+				}
+			} else {
+				// The mock cluster refuses commits from outside a group that
+				// ever had a member (Kafka accepts them once it is empty): the
+				// error says to join.
+				if out, err := reset(false); !errors.Is(err, errGroupActive) || !strings.Contains(err.Error(), "--join") {
+					t.Fatalf("reset from outside after the member left: error %v, want errGroupActive naming --join\n%s", err, out)
+				}
+				if out, err := reset(true); err != nil {
+					t.Fatalf("reset --join after the member left: %v\n%s", err, out)
 				}
 			}
-		}()
-		reset := func(join bool) (string, error) {
-			var out bytes.Buffer
-			_, err := resetGroup(context.Background(), groupResetOptions{Brokers: kc.Bootstrap, Group: testGroup, Topic: testSource, Join: join}, &out)
-			return out.String(), err
-		}
-
-		// The mock cluster describes no groups: the broker refuses the
-		// commit from outside the group.
-		if out, err := reset(false); !errors.Is(err, errGroupActive) {
-			t.Fatalf("reset with a member: error %v, want errGroupActive\n%s", err, out)
-		} else if !strings.Contains(out, "could not describe the group") {
-			t.Errorf("the output does not say the group could not be described:\n%s", out)
-		}
-		// Joining, it would share the partitions with the member.
-		if out, err := reset(true); !errors.Is(err, errGroupActive) || !strings.Contains(err.Error(), "another member holds the rest") {
-			t.Fatalf("reset --join with a member: error %v, want errGroupActive\n%s", err, out)
-		}
-		close(polling)
-		<-stopped
-		wantCommitted(t, kc, 3)
-
-		opCloseConsumer(member) // leaves the group at once
-		// The mock cluster refuses commits from outside a group that ever
-		// had a member (Kafka accepts them once it is empty): the error
-		// says to join.
-		if out, err := reset(false); !errors.Is(err, errGroupActive) || !strings.Contains(err.Error(), "--join") {
-			t.Fatalf("reset from outside after the member left: error %v, want errGroupActive naming --join\n%s", err, out)
-		}
-		if out, err := reset(true); err != nil {
-			t.Fatalf("reset --join after the member left: %v\n%s", err, out)
-		}
-		wantCommitted(t, kc, 0)
+			// The committed offsets are the low watermarks.
+			wantCommitted(t, kc, 0)
+		})
 	})
 
 	t.Run("usage errors", func(t *testing.T) {

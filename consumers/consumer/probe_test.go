@@ -1,6 +1,7 @@
 package consumer_test
 
 import (
+	"bytes"
 	"context"
 	"database/sql"
 	"encoding/json"
@@ -9,6 +10,7 @@ import (
 	"io"
 	"net"
 	"net/url"
+	"os"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -16,8 +18,13 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/rs/zerolog"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/pin-platform/consumers/consumers/consumer"
+	"github.com/pin-platform/consumers/consumers/consumer/consumertest"
 	"github.com/pin-platform/consumers/consumers/kafkatest"
 	"github.com/pin-platform/consumers/ent"
 	"github.com/pin-platform/consumers/ent/lead"
@@ -150,9 +157,17 @@ type env struct {
 	db      *sql.DB
 }
 
+// newEnv is an env on the mock cluster.
 func newEnv(t *testing.T) *env {
 	t.Helper()
-	cl := kafkatest.NewCluster(t, map[string]int{probeTopic: 3, probeDLQ: 3})
+	return newEnvOn(t, kafkatest.NewCluster)
+}
+
+// newEnvOn is an env on the cluster newCluster starts (a kafkatest.Broker's
+// New, or a kfake cluster of a test's own).
+func newEnvOn(t *testing.T, newCluster func(testing.TB, map[string]int) *kafkatest.Cluster) *env {
+	t.Helper()
+	cl := newCluster(t, map[string]int{probeTopic: 3, probeDLQ: 3})
 	u := pgtest.NewDB(t)
 	db, err := sql.Open("postgres", u)
 	if err != nil {
@@ -160,6 +175,28 @@ func newEnv(t *testing.T) *env {
 	}
 	t.Cleanup(func() { db.Close() })
 	return &env{t: t, cluster: cl, url: u, db: db}
+}
+
+// onEachBroker runs body as parallel subtests, one per kafkatest.Brokers,
+// each with an env of its own on that broker.
+func onEachBroker(t *testing.T, body func(t *testing.T, e *env)) {
+	t.Helper()
+	kafkatest.EachBroker(t, func(t *testing.T, b kafkatest.Broker) {
+		t.Parallel()
+		body(t, newEnvOn(t, b.New))
+	})
+}
+
+// start runs the service build makes against the env's cluster and
+// database, with the cluster's client settings under o.Kafka's.
+func (e *env) start(build func(prometheus.Registerer) consumer.Service, o consumertest.Options) *consumertest.Running {
+	e.t.Helper()
+	km := e.cluster.ClientConfig()
+	for k, v := range o.Kafka {
+		km[k] = v
+	}
+	o.Kafka = km
+	return consumertest.Start(e.t, e.cluster.Bootstrap, e.url, build, o)
 }
 
 func (e *env) lead() uuid.UUID {
@@ -267,9 +304,21 @@ func (e *env) committed() int64 {
 
 func (e *env) waitCommitted(n int64) {
 	e.t.Helper()
-	kafkatest.Eventually(e.t, 30*time.Second, func() bool { return e.committed() == n },
-		"committed offsets to reach %d (have %d)", n, e.committed())
+	var have map[int32]int64
+	kafkatest.Eventually(e.t, 30*time.Second, func() bool {
+		have = e.cluster.Committed(e.t, probeGroup, probeTopic)
+		var sum int64
+		for _, o := range have {
+			sum += o
+		}
+		return sum == n
+	}, "committed offsets to reach %d in all (have %v)", n, lazy(func() any { return have }))
 }
+
+// lazy formats as what its function returns when it is formatted.
+type lazy func() any
+
+func (l lazy) String() string { return fmt.Sprint(l()) }
 
 // proxy is a TCP proxy to PostgreSQL that a test can cut and restore: the
 // database "goes away" for the runtime only.
@@ -340,4 +389,70 @@ func (p *proxy) restore() {
 	p.up = true
 }
 
-var _ = fmt.Sprint
+// logWatch is a log writer that sets seen once a line holding match is
+// written, before it passes the line on to w.
+type logWatch struct {
+	w     io.Writer
+	match string
+	seen  *atomic.Bool
+}
+
+func (l logWatch) Write(p []byte) (int, error) {
+	if bytes.Contains(p, []byte(l.match)) {
+		l.seen.Store(true)
+	}
+	return l.w.Write(p)
+}
+
+// watchedLogger is a console logger (as consumertest's, at info) that sets
+// seen once a line holding match is logged.
+func watchedLogger(match string, seen *atomic.Bool) *zerolog.Logger {
+	l := zerolog.New(logWatch{zerolog.ConsoleWriter{Out: os.Stderr, NoColor: true}, match, seen}).
+		Level(zerolog.InfoLevel).With().Timestamp().Logger()
+	return &l
+}
+
+// refusedCommits are the probe group's offset commits a kfake cluster
+// refuses while a condition holds.
+type refusedCommits struct {
+	handle *kfake.FaultHandle
+	mu     sync.Mutex
+	max    map[int32]int64 // per partition, the highest offset a refused commit carried
+}
+
+// refuseCommits makes fc refuse the probe group's offset commits while
+// refuse() holds, with OFFSET_METADATA_TOO_LARGE: librdkafka takes it as
+// final (no retry, no coordinator look-up), so each refused request is one
+// failed Commit.
+func refuseCommits(fc *kfake.Cluster, refuse func() bool) *refusedCommits {
+	r := &refusedCommits{max: map[int32]int64{}}
+	r.handle = fc.Fault(kfake.Fault{
+		Keys: []kmsg.Key{kmsg.OffsetCommit}, Group: probeGroup, Err: kerr.OffsetMetadataTooLarge, Count: -1,
+		When: func(req kmsg.Request) bool {
+			if !refuse() {
+				return false
+			}
+			r.mu.Lock()
+			defer r.mu.Unlock()
+			for _, t := range req.(*kmsg.OffsetCommitRequest).Topics {
+				for _, p := range t.Partitions {
+					r.max[p.Partition] = max(r.max[p.Partition], p.Offset)
+				}
+			}
+			return true
+		},
+	})
+	return r
+}
+
+// carried sums over the partitions the highest offset a refused commit
+// carried.
+func (r *refusedCommits) carried() int64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var n int64
+	for _, o := range r.max {
+		n += o
+	}
+	return n
+}

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -33,52 +34,54 @@ var long = []time.Duration{1000 * time.Second, 1000 * time.Second, 1000 * time.S
 
 func TestCommitsOffsetsOnlyAfterTheDatabaseCommit(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t)
-	leadID := e.lead()
-	const n = 30
-	for i := 0; i < n; i++ {
-		_, v := envelope(leadID, "")
-		e.produce(int32(i%3), v)
-	}
-	r := consumertest.Start(t, e.cluster.Bootstrap, e.url, probeService(long...), consumertest.Options{})
-	e.waitCommitted(n)
-	// Every committed offset has its effect and its mark in the database.
-	if got := e.events(leadID); got != n {
-		t.Fatalf("lead_events = %d, want %d", got, n)
-	}
-	if got := e.count(`SELECT count(*) FROM processed_messages WHERE outcome = 'applied' AND consumer_group = $1 AND topic = $2`, probeGroup, probeTopic); got != n {
-		t.Fatalf("processed_messages = %d, want %d", got, n)
-	}
-	if got := r.Counter("pin_consumer_messages_total", map[string]string{"outcome": "applied"}); got != n {
-		t.Fatalf("messages_total{applied} = %v, want %d", got, n)
-	}
-	// The offsets were committed right after they were stored, not by
-	// librdkafka's auto-commit (which the counter leaves out).
-	if got := r.Counter("pin_consumer_offset_commits_total", map[string]string{"trigger": "stored", "result": "committed"}); got < 1 {
-		t.Fatalf("offset_commits_total{stored,committed} = %v, want at least 1", got)
-	}
+	onEachBroker(t, func(t *testing.T, e *env) {
+		leadID := e.lead()
+		const n = 30
+		for i := 0; i < n; i++ {
+			_, v := envelope(leadID, "")
+			e.produce(int32(i%3), v)
+		}
+		r := e.start(probeService(long...), consumertest.Options{})
+		e.waitCommitted(n)
+		// Every committed offset has its effect and its mark in the database.
+		if got := e.events(leadID); got != n {
+			t.Fatalf("lead_events = %d, want %d", got, n)
+		}
+		if got := e.count(`SELECT count(*) FROM processed_messages WHERE outcome = 'applied' AND consumer_group = $1 AND topic = $2`, probeGroup, probeTopic); got != n {
+			t.Fatalf("processed_messages = %d, want %d", got, n)
+		}
+		if got := r.Counter("pin_consumer_messages_total", map[string]string{"outcome": "applied"}); got != n {
+			t.Fatalf("messages_total{applied} = %v, want %d", got, n)
+		}
+		// The offsets were committed right after they were stored, not by
+		// librdkafka's auto-commit (which the counter leaves out).
+		if got := r.Counter("pin_consumer_offset_commits_total", map[string]string{"trigger": "stored", "result": "committed"}); got < 1 {
+			t.Fatalf("offset_commits_total{stored,committed} = %v, want at least 1", got)
+		}
+	})
 }
 
 func TestRedeliveryAfterCrashBetweenDatabaseAndOffsetCommitIsSkipped(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t)
-	leadID := e.lead()
-	id, v := envelope(leadID, "")
-	e.produce(0, v)
-	// The state a crash leaves between the two commits: effect and mark are
-	// in the database, the offset was never committed.
-	applyProbe(t, e.db, leadID) // the probe handler's effect
-	if _, err := e.db.Exec(`INSERT INTO processed_messages (idempotency_key, consumer_group, topic, "partition", "offset", outcome) VALUES ($1, $2, $3, 0, 0, 'applied')`, "probe:"+id.String(), probeGroup, probeTopic); err != nil {
-		t.Fatal(err)
-	}
-	r := consumertest.Start(t, e.cluster.Bootstrap, e.url, probeService(long...), consumertest.Options{})
-	e.waitCommitted(1)
-	if got := e.events(leadID); got != 1 {
-		t.Fatalf("lead_events = %d, want 1 (no double effect)", got)
-	}
-	if got := r.Counter("pin_consumer_messages_total", map[string]string{"outcome": "skipped-duplicate"}); got != 1 {
-		t.Fatalf("skipped-duplicate = %v, want 1", got)
-	}
+	onEachBroker(t, func(t *testing.T, e *env) {
+		leadID := e.lead()
+		id, v := envelope(leadID, "")
+		e.produce(0, v)
+		// The state a crash leaves between the two commits: effect and mark are
+		// in the database, the offset was never committed.
+		applyProbe(t, e.db, leadID) // the probe handler's effect
+		if _, err := e.db.Exec(`INSERT INTO processed_messages (idempotency_key, consumer_group, topic, "partition", "offset", outcome) VALUES ($1, $2, $3, 0, 0, 'applied')`, "probe:"+id.String(), probeGroup, probeTopic); err != nil {
+			t.Fatal(err)
+		}
+		r := e.start(probeService(long...), consumertest.Options{})
+		e.waitCommitted(1)
+		if got := e.events(leadID); got != 1 {
+			t.Fatalf("lead_events = %d, want 1 (no double effect)", got)
+		}
+		if got := r.Counter("pin_consumer_messages_total", map[string]string{"outcome": "skipped-duplicate"}); got != 1 {
+			t.Fatalf("skipped-duplicate = %v, want 1", got)
+		}
+	})
 }
 
 func TestSameMessageTwiceHasOneEffect(t *testing.T) {
@@ -335,12 +338,14 @@ func TestDatabaseOutagePausesWithoutDLQAndResumes(t *testing.T) {
 
 func TestTwoConsumersRebalanceWithoutLossOrDoubleEffects(t *testing.T) {
 	t.Parallel()
-	checkRebalance(t, newEnv(t), probeService(long...), probeService(long...), 4)
+	onEachBroker(t, func(t *testing.T, e *env) {
+		checkRebalance(t, e, probeService(long...), probeService(long...), 4)
+	})
 }
 
 // checkRebalance runs a through 300 messages, starts b meanwhile (a
-// rebalance), stops a (another one), feeds 150 more and checks every
-// message has one effect and one mark, and that b took part.
+// rebalance, waited for), stops a (another one), feeds 150 more and checks
+// every message has one effect and one mark, and that b took part.
 func checkRebalance(t *testing.T, e *env, buildA, buildB func(prometheus.Registerer) consumer.Service, batch int) {
 	t.Helper()
 	leadID := e.lead()
@@ -350,9 +355,14 @@ func checkRebalance(t *testing.T, e *env, buildA, buildB func(prometheus.Registe
 		e.produce(int32(i%3), v)
 	}
 	opts := consumertest.Options{BatchSize: batch}
-	a := consumertest.Start(t, e.cluster.Bootstrap, e.url, buildA, opts)
+	a := e.start(buildA, opts)
 	kafkatest.Eventually(t, 30*time.Second, func() bool { return e.events(leadID) > 20 }, "a to start")
-	b := consumertest.Start(t, e.cluster.Bootstrap, e.url, buildB, opts)
+	b := e.start(buildB, opts)
+	// b's join revokes a's partitions while a runs (on kfake a may be
+	// through the 300 by then: the rebalance is what is waited for).
+	kafkatest.Eventually(t, 30*time.Second, func() bool {
+		return a.Counter("pin_consumer_offset_commits_total", map[string]string{"trigger": "revoke"}) >= 1
+	}, "b's join to revoke a's partitions")
 	e.waitCommitted(first)
 	if err := a.Stop(); err != nil {
 		t.Fatal(err)
@@ -371,36 +381,145 @@ func checkRebalance(t *testing.T, e *env, buildA, buildB func(prometheus.Registe
 	if b.Counter("pin_consumer_messages_total", nil) == 0 {
 		t.Fatal("b processed nothing: no rebalance happened")
 	}
+	// kfake's coordinator, like Kafka's, accepts a member's commit while the
+	// group prepares a rebalance: no revoke-time commit failed. (The mock
+	// cluster refuses it with REBALANCE_IN_PROGRESS.)
+	if e.cluster.Kfake() != nil {
+		for name, r := range map[string]*consumertest.Running{"a": a, "b": b} {
+			if got := r.Counter("pin_consumer_offset_commits_total", map[string]string{"trigger": "revoke", "result": "failed"}); got != 0 {
+				t.Errorf("%s: offset_commits_total{revoke,failed} = %v, want 0", name, got)
+			}
+		}
+	}
 }
 
 func TestShutdownDrainsAndCommitsBeforeReturning(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t)
-	leadID := e.lead()
-	const n = 50
-	for i := 0; i < n; i++ {
-		_, v := envelope(leadID, "")
-		e.produce(int32(i%3), v)
-	}
-	// Auto-commit far away: only the shutdown commit can store the offsets.
-	r := consumertest.Start(t, e.cluster.Bootstrap, e.url, probeService(long...),
-		consumertest.Options{Kafka: kafka.ConfigMap{"auto.commit.interval.ms": 600000}})
-	kafkatest.Eventually(t, 30*time.Second, func() bool { return e.events(leadID) == n }, "all messages applied")
-	if err := r.Stop(); err != nil {
-		t.Fatalf("Run returned %v, want nil", err)
-	}
-	if got := e.committed(); got != n {
-		t.Fatalf("committed %d after shutdown, want %d", got, n)
-	}
-	// One commit at shutdown, after the workers stopped: it commits what
-	// the eager commits had not yet, or finds nothing new.
-	shutdown := map[string]string{"trigger": "shutdown"}
-	if got := r.Counter("pin_consumer_offset_commits_total", shutdown); got != 1 {
-		t.Fatalf("offset_commits_total{shutdown} = %v, want 1", got)
-	}
-	if got := r.Counter("pin_consumer_offset_commits_total", map[string]string{"trigger": "shutdown", "result": "failed"}); got != 0 {
-		t.Fatalf("offset_commits_total{shutdown,failed} = %v, want 0", got)
-	}
+	onEachBroker(t, func(t *testing.T, e *env) {
+		leadID := e.lead()
+		const n = 50
+		for i := 0; i < n; i++ {
+			_, v := envelope(leadID, "")
+			e.produce(int32(i%3), v)
+		}
+		// Auto-commit far away: only the shutdown commit can store the offsets.
+		r := e.start(probeService(long...),
+			consumertest.Options{Kafka: kafka.ConfigMap{"auto.commit.interval.ms": 600000}})
+		kafkatest.Eventually(t, 30*time.Second, func() bool { return e.events(leadID) == n }, "all messages applied")
+		if err := r.Stop(); err != nil {
+			t.Fatalf("Run returned %v, want nil", err)
+		}
+		if got := e.committed(); got != n {
+			t.Fatalf("committed %d after shutdown, want %d", got, n)
+		}
+		// One commit at shutdown, after the workers stopped: it commits what
+		// the eager commits had not yet, or finds nothing new.
+		shutdown := map[string]string{"trigger": "shutdown"}
+		if got := r.Counter("pin_consumer_offset_commits_total", shutdown); got != 1 {
+			t.Fatalf("offset_commits_total{shutdown} = %v, want 1", got)
+		}
+		if got := r.Counter("pin_consumer_offset_commits_total", map[string]string{"trigger": "shutdown", "result": "failed"}); got != 0 {
+			t.Fatalf("offset_commits_total{shutdown,failed} = %v, want 0", got)
+		}
+	})
+}
+
+// On revoke the runtime commits the offsets stored since the last commit,
+// synchronously, before the partitions go to another member (DESIGN.md,
+// "Rebalance"). On kfake the eager commits of a's last messages are
+// refused until a's revoke starts, so that the revoke's commit is the one
+// that carries their offsets: it succeeds, as on Kafka, whose coordinator
+// accepts a member's commit while the group prepares a rebalance, and b
+// redelivers nothing. The mock cluster refuses commits during a rebalance
+// and cannot refuse one commit and not another: there the eager commits
+// carry the offsets, and the body checks that the rebalance loses and
+// doubles nothing.
+func TestARevokeCommitsTheOffsetsProcessedBeforeIt(t *testing.T) {
+	t.Parallel()
+	onEachBroker(t, func(t *testing.T, e *env) {
+		leadID := e.lead()
+		const first, second, third = 30, 30, 3
+		for i := 0; i < first; i++ {
+			_, v := envelope(leadID, "")
+			e.produce(int32(i%3), v)
+		}
+		// revoking: a logged that its partitions are revoked, which it
+		// does before it drains them and commits.
+		var revoking atomic.Bool
+		// Auto-commit far away: the runtime's own commits are the only ones.
+		noAuto := kafka.ConfigMap{"auto.commit.interval.ms": 600000}
+		a := e.start(probeService(long...), consumertest.Options{Kafka: noAuto, Logger: watchedLogger(`"partitions revoked"`, &revoking)})
+		e.waitCommitted(first)
+
+		eager := map[string]string{"trigger": "stored", "result": "committed"}
+		eagerBefore := a.Counter("pin_consumer_offset_commits_total", eager)
+		fc := e.cluster.Kfake()
+		var refused *refusedCommits
+		if fc != nil {
+			refused = refuseCommits(fc, func() bool { return !revoking.Load() })
+		}
+		for i := 0; i < second; i++ {
+			_, v := envelope(leadID, "")
+			e.produce(int32(i%3), v)
+		}
+		kafkatest.Eventually(t, 30*time.Second, func() bool { return e.events(leadID) == first+second }, "a to apply the second batch")
+		if refused != nil {
+			// Every eager commit of the second batch was refused and
+			// returned: a stored its offsets, nothing committed them.
+			kafkatest.Eventually(t, 30*time.Second, func() bool {
+				return refused.carried() == first+second && refused.handle.Hits() ==
+					int(a.Counter("pin_consumer_offset_commits_total", map[string]string{"trigger": "stored", "result": "failed"}))
+			}, "a's eager commits of the second batch to be refused")
+			if got := e.committed(); got != first {
+				t.Fatalf("committed %d while the eager commits were refused, want %d", got, first)
+			}
+		} else {
+			e.waitCommitted(first + second)
+		}
+
+		b := e.start(probeService(long...), consumertest.Options{Kafka: noAuto})
+		kafkatest.Eventually(t, 30*time.Second, func() bool {
+			return a.Counter("pin_consumer_offset_commits_total", map[string]string{"trigger": "revoke"}) >= 1
+		}, "b's join to revoke a's partitions")
+		if fc != nil {
+			if got := a.Counter("pin_consumer_offset_commits_total", map[string]string{"trigger": "revoke", "result": "committed"}); got < 1 {
+				t.Fatalf("offset_commits_total{revoke,committed} = %v, want at least 1 (failed: %v)", got,
+					a.Counter("pin_consumer_offset_commits_total", map[string]string{"trigger": "revoke", "result": "failed"}))
+			}
+			// The revoke's commit carried what a processed, and nothing
+			// else committed it.
+			if got := e.committed(); got != first+second {
+				t.Fatalf("committed %d after a's revoke, want %d (every processed message)", got, first+second)
+			}
+			if got := a.Counter("pin_consumer_offset_commits_total", eager); got != eagerBefore {
+				t.Fatalf("offset_commits_total{stored,committed} went from %v to %v: an eager commit got through", eagerBefore, got)
+			}
+		}
+		// A few more messages: once they are committed, whatever the new
+		// assignment redelivered from before them was processed too.
+		for i := 0; i < third; i++ {
+			_, v := envelope(leadID, "")
+			e.produce(int32(i%3), v)
+		}
+		const total = first + second + third
+		e.waitCommitted(total)
+		if got := e.events(leadID); got != total {
+			t.Fatalf("lead_events = %d, want %d", got, total)
+		}
+		if got := e.count(`SELECT count(*) FROM processed_messages`); got != total {
+			t.Fatalf("processed_messages = %d, want %d", got, total)
+		}
+		// On kfake nothing was redelivered. (On the mock cluster the
+		// rebalance may go on for rounds, in which the third batch's
+		// commits can be refused and its messages redelivered.)
+		dup := map[string]string{"outcome": "skipped-duplicate"}
+		if got := a.Counter("pin_consumer_messages_total", dup) + b.Counter("pin_consumer_messages_total", dup); fc != nil && got != 0 {
+			t.Fatalf("skipped-duplicate = %v, want 0: the rebalance redelivered processed messages", got)
+		}
+		if n := e.cluster.Count(t, probeDLQ); n != 0 {
+			t.Fatalf("DLQ holds %d messages, want none", n)
+		}
+	})
 }
 
 // A commit that finds nothing stored since the last one is no failure: a

@@ -1,6 +1,16 @@
-// Package kafkatest runs librdkafka's in-process mock cluster, a real
-// Kafka-protocol broker on loopback, for tests: topics, producing, reading
-// topics back (DLQs) and reading a group's committed offsets.
+// Package kafkatest runs an in-process Kafka-protocol broker on loopback
+// for tests — librdkafka's mock cluster or franz-go's kfake — with topics,
+// producing, reading topics back (DLQs) and reading a group's committed
+// offsets, the same on both.
+//
+// The mock cluster is the default (NewCluster): it starts fast and is what
+// most tests run on. Its group coordinator is partial: it describes no
+// groups, it refuses a commit from outside a group that ever had members,
+// and it refuses a member's commit while the group rebalances. kfake
+// (NewKfake) has a group coordinator that behaves like Kafka's, answers the
+// AdminClient's group requests, and lets a test inject broker-side faults
+// (Cluster.Kfake: Fault, ControlKey, MoveTopicPartition). Tests of the
+// delivery guarantees run on both (Brokers, EachBroker).
 package kafkatest
 
 import (
@@ -10,13 +20,39 @@ import (
 	"time"
 
 	"github.com/confluentinc/confluent-kafka-go/v2/kafka"
+	"github.com/twmb/franz-go/pkg/kfake"
 )
 
-// Cluster is a mock cluster with the topics a test asked for.
+// Cluster is an in-process broker with the topics a test asked for.
 type Cluster struct {
-	mc        *kafka.MockCluster
 	Bootstrap string
-	producer  *kafka.Producer
+	// Name is the broker's kind: "mock" or "kfake".
+	Name     string
+	mc       *kafka.MockCluster
+	fake     *kfake.Cluster
+	producer *kafka.Producer
+}
+
+// Broker is a kind of in-process broker: its name and its constructor.
+type Broker struct {
+	Name string
+	New  func(t testing.TB, topics map[string]int) *Cluster
+}
+
+// Brokers are the brokers a test of the delivery guarantees runs on: the
+// mock cluster and kfake (one broker).
+var Brokers = []Broker{
+	{Name: "mock", New: NewCluster},
+	{Name: "kfake", New: func(t testing.TB, topics map[string]int) *Cluster { return NewKfake(t, topics) }},
+}
+
+// EachBroker runs body as a subtest named after each of Brokers, one after
+// the other; body calls t.Parallel itself when it may run in parallel.
+func EachBroker(t *testing.T, body func(t *testing.T, b Broker)) {
+	t.Helper()
+	for _, b := range Brokers {
+		t.Run(b.Name, func(t *testing.T) { body(t, b) })
+	}
 }
 
 // NewCluster starts a one-broker mock cluster and creates topics (name →
@@ -27,21 +63,82 @@ func NewCluster(t testing.TB, topics map[string]int) *Cluster {
 	if err != nil {
 		t.Fatalf("kafkatest: mock cluster: %v", err)
 	}
-	c := &Cluster{mc: mc, Bootstrap: mc.BootstrapServers()}
+	c := &Cluster{Name: "mock", mc: mc, Bootstrap: mc.BootstrapServers()}
 	for name, n := range topics {
 		if err := mc.CreateTopic(name, n, 1); err != nil {
 			mc.Close()
 			t.Fatalf("kafkatest: create topic %s: %v", name, err)
 		}
 	}
-	p, err := kafka.NewProducer(&kafka.ConfigMap{
-		"bootstrap.servers":  c.Bootstrap,
+	c.start(t, mc.Close)
+	return c
+}
+
+// NewKfake starts a kfake cluster with topics (name → partitions): one
+// broker unless opts say otherwise (kfake.NumBrokers). It is closed when
+// the test ends.
+func NewKfake(t testing.TB, topics map[string]int, opts ...kfake.Opt) *Cluster {
+	t.Helper()
+	all := []kfake.Opt{kfake.NumBrokers(1)}
+	for name, n := range topics {
+		all = append(all, kfake.SeedTopics(int32(n), name))
+	}
+	fc, err := kfake.NewCluster(append(all, opts...)...)
+	if err != nil {
+		t.Fatalf("kafkatest: kfake: %v", err)
+	}
+	c := &Cluster{Name: "kfake", fake: fc}
+	for i, a := range fc.ListenAddrs() {
+		if i > 0 {
+			c.Bootstrap += ","
+		}
+		c.Bootstrap += a
+	}
+	c.start(t, fc.Close)
+	return c
+}
+
+// Kfake is the kfake cluster, for faults and leader moves; nil on the mock
+// cluster.
+func (c *Cluster) Kfake() *kfake.Cluster { return c.fake }
+
+// Config returns librdkafka settings for a client of this cluster:
+// bootstrap.servers, and on kfake a log level that leaves out the info
+// line librdkafka logs for every connection (kfake answers
+// GetTelemetrySubscriptions with no subscription). extra is added.
+func (c *Cluster) Config(extra kafka.ConfigMap) kafka.ConfigMap {
+	cm := kafka.ConfigMap{"bootstrap.servers": c.Bootstrap}
+	for k, v := range c.ClientConfig() {
+		cm[k] = v
+	}
+	for k, v := range extra {
+		cm[k] = v
+	}
+	return cm
+}
+
+// ClientConfig is what this cluster's clients need beyond
+// bootstrap.servers (consumertest.Options.Kafka takes it): on kfake,
+// log_level 5 (notice), as librdkafka logs an info line per connection
+// about kfake's empty telemetry subscription.
+func (c *Cluster) ClientConfig() kafka.ConfigMap {
+	if c.fake != nil {
+		return kafka.ConfigMap{"log_level": 5}
+	}
+	return kafka.ConfigMap{}
+}
+
+// start starts the cluster's producer and registers the cleanup.
+func (c *Cluster) start(t testing.TB, closeCluster func()) {
+	t.Helper()
+	cm := c.Config(kafka.ConfigMap{
 		"enable.idempotence": true,
 		"linger.ms":          0,
 		"message.max.bytes":  10 << 20, // tests may produce oversized messages
 	})
+	p, err := kafka.NewProducer(&cm)
 	if err != nil {
-		mc.Close()
+		closeCluster()
 		t.Fatalf("kafkatest: producer: %v", err)
 	}
 	go func() {
@@ -52,9 +149,8 @@ func NewCluster(t testing.TB, topics map[string]int) *Cluster {
 	t.Cleanup(func() {
 		p.Flush(5000)
 		p.Close()
-		mc.Close()
+		closeCluster()
 	})
-	return c
 }
 
 // Message is what a test produces.
@@ -115,12 +211,12 @@ func (c *Cluster) produce(topic string, m Message) (kafka.TopicPartition, error)
 // messages were read or timeout passed, and returns them.
 func (c *Cluster) ReadAll(t testing.TB, topic string, want int, timeout time.Duration) []*kafka.Message {
 	t.Helper()
-	cons, err := kafka.NewConsumer(&kafka.ConfigMap{
-		"bootstrap.servers":    c.Bootstrap,
+	cm := c.Config(kafka.ConfigMap{
 		"group.id":             "kafkatest-reader",
 		"enable.auto.commit":   false,
 		"enable.partition.eof": false,
 	})
+	cons, err := kafka.NewConsumer(&cm)
 	if err != nil {
 		t.Fatalf("kafkatest: reader: %v", err)
 	}
@@ -149,7 +245,8 @@ func (c *Cluster) ReadAll(t testing.TB, topic string, want int, timeout time.Dur
 // Count returns how many messages topic holds (high watermarks minus low).
 func (c *Cluster) Count(t testing.TB, topic string) int {
 	t.Helper()
-	cons, err := kafka.NewConsumer(&kafka.ConfigMap{"bootstrap.servers": c.Bootstrap, "group.id": "kafkatest-count"})
+	cm := c.Config(kafka.ConfigMap{"group.id": "kafkatest-count"})
+	cons, err := kafka.NewConsumer(&cm)
 	if err != nil {
 		t.Fatalf("kafkatest: %v", err)
 	}
@@ -170,10 +267,12 @@ func (c *Cluster) Count(t testing.TB, topic string) int {
 }
 
 // Committed returns group's committed offset per partition of topic
-// (partitions without a commit are absent).
+// (partitions without a commit are absent; a group kfake never saw has
+// none).
 func (c *Cluster) Committed(t testing.TB, group, topic string) map[int32]int64 {
 	t.Helper()
-	cons, err := kafka.NewConsumer(&kafka.ConfigMap{"bootstrap.servers": c.Bootstrap, "group.id": group})
+	cm := c.Config(kafka.ConfigMap{"group.id": group})
+	cons, err := kafka.NewConsumer(&cm)
 	if err != nil {
 		t.Fatalf("kafkatest: %v", err)
 	}
@@ -187,11 +286,19 @@ func (c *Cluster) Committed(t testing.TB, group, topic string) map[int32]int64 {
 		tps = append(tps, kafka.TopicPartition{Topic: &topic, Partition: p.ID})
 	}
 	got, err := cons.Committed(tps, 5000)
+	if ke, ok := err.(kafka.Error); ok && ke.Code() == kafka.ErrGroupIDNotFound {
+		// kfake answers an OffsetFetch for a group it does not know with
+		// GROUP_ID_NOT_FOUND, where Kafka answers "no offset".
+		return map[int32]int64{}
+	}
 	if err != nil {
 		t.Fatalf("kafkatest: committed offsets of %s: %v", group, err)
 	}
 	out := map[int32]int64{}
 	for _, tp := range got {
+		if tp.Error != nil {
+			t.Fatalf("kafkatest: committed offset of %s [%d]: %v", group, tp.Partition, tp.Error)
+		}
 		if tp.Offset >= 0 {
 			out[tp.Partition] = int64(tp.Offset)
 		}

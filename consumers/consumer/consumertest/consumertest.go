@@ -1,6 +1,6 @@
 // Package consumertest runs a consumer.Service end to end in a test: a real
-// runtime against the librdkafka mock cluster and a real PostgreSQL
-// database.
+// runtime against an in-process broker (kafkatest: librdkafka's mock
+// cluster or kfake) and a real PostgreSQL database.
 package consumertest
 
 import (
