@@ -454,10 +454,16 @@ func TestABatchWhoseMarksLoseADeadlockRunsAgainAsABatch(t *testing.T) {
 	const n = 5
 	held := e.produceOneAmong(leadID, n, 2, "")
 	holder := e.holdMark(held, 1, 2)
+	// Only the batch's session looks for the deadlock within the test:
+	// which of two waiters PostgreSQL picks otherwise depends on whose
+	// deadlock_timeout fires first, which a loaded machine can reorder.
+	if _, err := holder.Exec(`SET LOCAL deadlock_timeout = '10min'`); err != nil {
+		t.Fatal(err)
+	}
 	p := &preparing{}
 	r := e.startWaiting(p, "the batch to wait at its marks on the holder's key")
-	// The cycle: the holder now waits on the batch. The batch has waited
-	// longer, so its deadlock check runs first and it is the victim.
+	// The cycle: the holder now waits on the batch, whose deadlock check
+	// (after the server's deadlock_timeout) finds it: it is the victim.
 	if _, err := holder.Exec(`SELECT 1 FROM leads WHERE id = $1 FOR UPDATE`, leadID); err != nil {
 		t.Fatalf("the holder lost the deadlock, not the batch: %v", err)
 	}
@@ -467,11 +473,15 @@ func TestABatchWhoseMarksLoseADeadlockRunsAgainAsABatch(t *testing.T) {
 	}
 	e.waitCommitted(n)
 
-	if got := r.Counter("pin_consumer_retries_total", map[string]string{"code": "40P01"}); got != 1 {
-		t.Fatalf("retries{40P01} = %v, want 1", got)
+	// Once at least; again when the batch's rerun takes the lead's row lock
+	// before the woken holder does (row locks are not granted in queue
+	// order), and the cycle forms anew — within the immediate re-runs.
+	lost := r.Counter("pin_consumer_batch_reruns_total", map[string]string{"reason": "lost-race"})
+	if lost < 1 || lost > 3 {
+		t.Fatalf("batch_reruns{lost-race} = %v, want 1 to 3 (the immediate re-runs)", lost)
 	}
-	if got := r.Counter("pin_consumer_batch_reruns_total", map[string]string{"reason": "lost-race"}); got != 1 {
-		t.Fatalf("batch_reruns{lost-race} = %v, want 1", got)
+	if got := r.Counter("pin_consumer_retries_total", map[string]string{"code": "40P01"}); got != lost {
+		t.Fatalf("retries{40P01} = %v, want %v: each lost race is a rerun of the batch", got, lost)
 	}
 	if got := p.untagged.Load(); got != 0 {
 		t.Fatalf("%d handler runs on their own, want 0: the batch runs again as a batch", got)
