@@ -28,8 +28,11 @@ func TestDevOnceReachesTheScenarioOutcome(t *testing.T) {
 			env = append(env, kv)
 		}
 	}
-	cmd.Env = append(env, "DATABASE_URL="+pgtest.NewDB(t))
-	runExpecting(t, cmd,
+	// A URL with a password (not checked by the test server): what pinctl
+	// dev prints must not hold it.
+	pw := "dev-" + tricky
+	cmd.Env = append(env, "DATABASE_URL="+withPassword(pgtest.NewDB(t), pw))
+	out := runExpecting(t, cmd,
 		"the scenario reached its expected outcome",
 		"REWARDS_BOND_EVENT_ORPHAN_CLOSED",
 		"CRM_SELECTION_UNKNOWN_ACTION",
@@ -38,4 +41,7 @@ func TestDevOnceReachesTheScenarioOutcome(t *testing.T) {
 		"skipped-stale",
 		"parked",
 	)
+	if l := leaks(out, pw); len(l) > 0 {
+		t.Errorf("pinctl dev prints the database password (%q)", l)
+	}
 }

@@ -30,6 +30,7 @@ type Cluster struct {
 	Name     string
 	mc       *kafka.MockCluster
 	fake     *kfake.Cluster
+	sasl     kafka.ConfigMap // the clients' SASL settings (NewKfakeSASL)
 	producer *kafka.Producer
 }
 
@@ -79,6 +80,11 @@ func NewCluster(t testing.TB, topics map[string]int) *Cluster {
 // the test ends.
 func NewKfake(t testing.TB, topics map[string]int, opts ...kfake.Opt) *Cluster {
 	t.Helper()
+	return newKfake(t, topics, nil, opts...)
+}
+
+func newKfake(t testing.TB, topics map[string]int, sasl kafka.ConfigMap, opts ...kfake.Opt) *Cluster {
+	t.Helper()
 	all := []kfake.Opt{kfake.NumBrokers(1)}
 	for name, n := range topics {
 		all = append(all, kfake.SeedTopics(int32(n), name))
@@ -87,7 +93,7 @@ func NewKfake(t testing.TB, topics map[string]int, opts ...kfake.Opt) *Cluster {
 	if err != nil {
 		t.Fatalf("kafkatest: kfake: %v", err)
 	}
-	c := &Cluster{Name: "kfake", fake: fc}
+	c := &Cluster{Name: "kfake", fake: fc, sasl: sasl}
 	for i, a := range fc.ListenAddrs() {
 		if i > 0 {
 			c.Bootstrap += ","
@@ -96,6 +102,16 @@ func NewKfake(t testing.TB, topics map[string]int, opts ...kfake.Opt) *Cluster {
 	}
 	c.start(t, fc.Close)
 	return c
+}
+
+// NewKfakeSASL starts a kfake cluster whose brokers take SASL/PLAIN
+// connections only, for user with password; the cluster's own clients
+// (Produce, ReadAll, …) log in as that user.
+func NewKfakeSASL(t testing.TB, topics map[string]int, user, password string) *Cluster {
+	t.Helper()
+	sasl := kafka.ConfigMap{"security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "PLAIN",
+		"sasl.username": user, "sasl.password": password}
+	return newKfake(t, topics, sasl, kfake.EnableSASL(), kfake.Superuser("PLAIN", user, password))
 }
 
 // Kfake is the kfake cluster, for faults and leader moves; nil on the mock
@@ -122,10 +138,14 @@ func (c *Cluster) Config(extra kafka.ConfigMap) kafka.ConfigMap {
 // log_level 5 (notice), as librdkafka logs an info line per connection
 // about kfake's empty telemetry subscription.
 func (c *Cluster) ClientConfig() kafka.ConfigMap {
+	cm := kafka.ConfigMap{}
 	if c.fake != nil {
-		return kafka.ConfigMap{"log_level": 5}
+		cm["log_level"] = 5
 	}
-	return kafka.ConfigMap{}
+	for k, v := range c.sasl {
+		cm[k] = v
+	}
+	return cm
 }
 
 // start starts the cluster's producer and registers the cleanup.
