@@ -298,3 +298,18 @@ func contains(s []string, v string) bool {
 	}
 	return false
 }
+
+// The original spec of rewards names the replica's primary key
+// pk_referral_bond_replicas (PostgreSQL's default would be
+// referral_bond_replicas_pkey): the schema declares it, migrate.Diff
+// renames the constraint.
+func TestReferralBondReplicasPrimaryKeyIsPkReferralBondReplicas(t *testing.T) {
+	_, db, _ := pgtest.NewClient(t)
+	var name string
+	if err := db.QueryRow(`SELECT conname FROM pg_constraint WHERE conrelid = 'referral_bond_replicas'::regclass AND contype = 'p'`).Scan(&name); err != nil {
+		t.Fatal(err)
+	}
+	if name != "pk_referral_bond_replicas" {
+		t.Fatalf("primary key %q, want pk_referral_bond_replicas", name)
+	}
+}

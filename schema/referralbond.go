@@ -17,6 +17,7 @@ type ReferralBondReplica struct{ ent.Schema }
 func (ReferralBondReplica) Annotations() []schema.Annotation {
 	return []schema.Annotation{
 		entsql.Table("referral_bond_replicas"),
+		PrimaryKey{Constraint: "pk_referral_bond_replicas"}, // the spec's name
 		entsql.Checks(map[string]string{
 			"ck_referral_bond_replicas_replica_version": "replica_version >= 1",
 		}),
