@@ -80,13 +80,17 @@ func BondCreated(bond, referred, referrer uuid.UUID, version int64, at time.Time
 }
 
 // BondClosed is a pin.referral.bond-closed event.
-func BondClosed(bond, referred uuid.UUID, status string, version int64, at time.Time) Event {
+// A Replaced bond names the bond that replaced it (replacedBy; uuid.Nil
+// leaves the member out).
+func BondClosed(bond, referred uuid.UUID, status string, replacedBy uuid.UUID, version int64, at time.Time) Event {
 	id := uuid.New()
+	p := map[string]any{"BondId": bond, "ReferredUserId": referred, "Status": status, "Version": version}
+	if replacedBy != uuid.Nil {
+		p["ReplacedByBondId"] = replacedBy
+	}
 	return Event{
 		Topic: RewardsTopic, Key: []byte(referred.String()), MessageID: id,
-		Value: envelope(id, "pin.referral.bond-closed", "ReferralBond", bond, at, map[string]any{
-			"BondId": bond, "ReferredUserId": referred, "Status": status, "Version": version,
-		}),
+		Value: envelope(id, "pin.referral.bond-closed", "ReferralBond", bond, at, p),
 	}
 }
 

@@ -105,11 +105,11 @@ func (l *Load) Rewards() Event {
 		b := l.bonds[i]
 		l.bonds[i] = l.bonds[len(l.bonds)-1]
 		l.bonds = l.bonds[:len(l.bonds)-1]
-		status := "Revoked"
+		status, by := "Revoked", uuid.Nil
 		if l.rng.IntN(2) == 0 {
-			status = "Replaced"
+			status, by = "Replaced", uuid.New()
 		}
-		return BondClosed(b.id, b.referred, status, b.version+1, l.at())
+		return BondClosed(b.id, b.referred, status, by, b.version+1, l.at())
 	case r < 25 && len(l.bonds) > 0:
 		b := l.bonds[l.rng.IntN(len(l.bonds))]
 		return BondCreated(b.id, b.referred, uuid.New(), b.version, l.at())

@@ -71,12 +71,12 @@ func NewScenario(now time.Time) *Scenario {
 		created,
 		created.Again("the same message again → skipped-duplicate"),
 		BondCreated(s.bondA, s.referred1, referrer, 1, t(1)).With("bond A created again, same Version → skipped-stale"),
-		BondClosed(s.bondA, s.referred1, "Replaced", 2, t(2)).With("rebind: bond A closed as Replaced"),
+		BondClosed(s.bondA, s.referred1, "Replaced", s.bondB, 2, t(2)).With("rebind: bond A closed as Replaced"),
 		BondCreated(s.bondB, s.referred1, uuid.New(), 1, t(3)).With("rebind: bond B created for referred user 1"),
 		BondCreated(s.bondC, s.referred2, referrer, 1, t(3)).With("bond C created for referred user 2"),
-		BondClosed(s.bondC, s.referred2, "revoked", 2, t(4)).With("bond C revoked (enum matched case-insensitively)"),
+		BondClosed(s.bondC, s.referred2, "revoked", uuid.Nil, 2, t(4)).With("bond C revoked (enum matched case-insensitively)"),
 		poisonBond,
-		BondClosed(uuid.New(), s.referred2, "Revoked", 3, t(6)).With("poison: closed for an unknown bond → 3 re-reads → REWARDS_BOND_EVENT_ORPHAN_CLOSED"),
+		BondClosed(uuid.New(), s.referred2, "Revoked", uuid.Nil, 3, t(6)).With("poison: closed for an unknown bond → 3 re-reads → REWARDS_BOND_EVENT_ORPHAN_CLOSED"),
 	}
 
 	// messenger: members join, one is re-roled then removed, a stale

@@ -16,7 +16,7 @@ import (
 type payload struct {
 	LeadID             uuid.UUID             `json:"LeadId"`
 	ActiveParticipants []participantSnapshot `json:"ActiveParticipants"`
-	Participants       []participantChange   `json:"Participants"`
+	Participants       *[]participantChange  `json:"Participants"` // required: nil when missing or null
 	Version            int64                 `json:"Version"`
 	ChangedAt          time.Time             `json:"ChangedAt"`
 }
@@ -115,9 +115,8 @@ type snapshot struct {
 // Decisions beyond the spec's list, all on the side of never writing a
 // wrong fact: a member without a Role, or with one longer than the column
 // (32), is invalid; ChangedAt is required because it becomes the feed's
-// occurred_at. A missing or null Participants is accepted as an empty delta
-// (the delta only shapes facts; ActiveParticipants decides), and so is a
-// delta entry without a UserId (ignored).
+// occurred_at. Participants (the delta) is required, as the original spec
+// marks it, and so is every entry's UserId; the list may be empty.
 func validate(p payload) (snapshot, error) {
 	s := snapshot{LeadID: p.LeadID, Version: p.Version, ChangedAt: p.ChangedAt}
 	if p.LeadID == uuid.Nil {
@@ -132,7 +131,10 @@ func validate(p payload) (snapshot, error) {
 	if n := len(p.ActiveParticipants); n > MaxParticipants {
 		return s, CodeInvalid.Errorf("ActiveParticipants has %d members, more than %d", n, MaxParticipants)
 	}
-	if n := len(p.Participants); n > MaxParticipants {
+	if p.Participants == nil {
+		return s, CodeInvalid.Errorf("Participants is missing (the delta is required; it may be empty)")
+	}
+	if n := len(*p.Participants); n > MaxParticipants {
 		return s, CodeInvalid.Errorf("Participants has %d changes, more than %d", n, MaxParticipants)
 	}
 	if len(p.ActiveParticipants) == 0 {
@@ -165,9 +167,9 @@ func validate(p payload) (snapshot, error) {
 		}
 	}
 	sortMembers(s.Target)
-	for _, c := range p.Participants {
+	for i, c := range *p.Participants {
 		if c.UserID == uuid.Nil {
-			continue
+			return s, CodeInvalid.Errorf("Participants[%d].UserId is missing", i)
 		}
 		ct, known := canonical(c.ChangeType, knownChangeTypes)
 		c.ChangeType = ct

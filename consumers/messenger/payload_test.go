@@ -51,6 +51,14 @@ func TestDecode(t *testing.T) {
 		{"the same user twice with different roles", `{` + lead + `,` + at + `,"ActiveParticipants":[{"UserId":"00000000-0000-0000-0000-000000000001","Role":"Executor"},{"UserId":"00000000-0000-0000-0000-000000000001","Role":"Lawyer"}],"Version":1}`},
 		{"Participants not a list", valid(`"Participants":"Added"`)},
 	}
+	// The original spec marks Participants required and each change's
+	// UserId with it: a delta that cannot be read is invalid, not ignored.
+	invalid = append(invalid, []struct{ name, payload string }{
+		{"Participants missing (required)", `{` + lead + `,` + at + `,` + one + `,"Version":1}`},
+		{"Participants null (required)", `{` + lead + `,` + at + `,` + one + `,"Participants":null,"Version":1}`},
+		{"a change without UserId", valid(`"Participants":[{"ChangeType":"Added","Role":"CoAgent"}]`)},
+		{"a change with the nil UserId", valid(`"Participants":[{"UserId":"00000000-0000-0000-0000-000000000000","ChangeType":"Removed","Role":"CoAgent"}]`)},
+	}...)
 	for _, tt := range invalid {
 		t.Run("invalid: "+tt.name, func(t *testing.T) {
 			_, err := decode(msgWithPayload(tt.payload))
@@ -78,15 +86,15 @@ func TestDecode(t *testing.T) {
 			t.Fatalf("delta %+v", s.Delta)
 		}
 	})
-	t.Run("a missing Participants is an empty delta", func(t *testing.T) {
-		s, err := decode(msgWithPayload(`{` + lead + `,` + at + `,` + one + `,"Version":1}`))
+	t.Run("an empty Participants is an empty delta", func(t *testing.T) {
+		s, err := decode(msgWithPayload(`{` + lead + `,` + at + `,` + one + `,"Participants":[],"Version":1}`))
 		if err != nil || len(s.Delta) != 0 || len(s.Target) != 1 {
 			t.Fatalf("snapshot %+v, err %v", s, err)
 		}
 	})
 	t.Run("an unknown role and an unknown ChangeType are accepted and reported", func(t *testing.T) {
 		s, err := decode(msgWithPayload(valid(`"ActiveParticipants":[{"UserId":"00000000-0000-0000-0000-000000000001","Role":"Notary"}]`,
-			`"Participants":[{"UserId":"00000000-0000-0000-0000-000000000001","ChangeType":"Teleported","Role":"Notary"},{"ChangeType":"Added"}]`)))
+			`"Participants":[{"UserId":"00000000-0000-0000-0000-000000000001","ChangeType":"Teleported","Role":"Notary"}]`)))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -365,6 +365,9 @@ func closed(b bond, status string, version int64, at time.Time) event {
 		"BondId": b.ID, "ReferredUserId": b.Referred, "Status": status, "Version": version,
 		"RevokeReason": secretReason,
 	}
+	if strings.EqualFold(status, "Replaced") { // required with it
+		p["ReplacedByBondId"] = uuid.New()
+	}
 	return envelope(EventTypeBondClosed, b.ID, b.Referred, at, p)
 }
 

@@ -139,7 +139,7 @@ func (w createdWire) validate() (BondCreated, error) {
 
 // validate applies step 2 of the spec to bond-closed: BondId and
 // ReferredUserId non-empty, Status present (a closing status: Active is a
-// contract violation), Version ≥ 1. An unknown Status is valid: it is
+// contract violation), ReplacedByBondId when Status is Replaced, Version ≥ 1. An unknown Status is valid: it is
 // stored as it came (fail-closed), as long as the column can hold it.
 func (w closedWire) validate() (BondClosed, error) {
 	var p BondClosed
@@ -158,6 +158,16 @@ func (w closedWire) validate() (BondClosed, error) {
 		}
 	}
 	p.ReplacedByBondID = errs.optionalID("ReplacedByBondId", w.ReplacedByBondID)
+	// The original spec: ReplacedByBondId is required when Status is
+	// Replaced (the bond that replaced it goes to the log).
+	if p.Status == StatusReplaced {
+		switch {
+		case w.ReplacedByBondID == nil:
+			errs.add("ReplacedByBondId is missing (required when Status is Replaced)")
+		case p.ReplacedByBondID != nil && *p.ReplacedByBondID == uuid.Nil:
+			errs.add("ReplacedByBondId is empty (all zeros; required when Status is Replaced)")
+		}
+	}
 	p.Version = errs.version(w.Version)
 	return p, errs.err()
 }

@@ -94,6 +94,10 @@ func TestClosedValidation(t *testing.T) {
 		{"status Active is not a closing status", base(`"active"`), "not a closing status", "", false},
 		{"BondId empty", `{"BondId":"` + nilUUID + `","ReferredUserId":"` + referred + `","Status":"Revoked","Version":2}`, "BondId is empty", "", false},
 		{"ReferredUserId missing", `{"BondId":"` + bond1 + `","Status":"Revoked","Version":2}`, "ReferredUserId is missing", "", false},
+		{"ReplacedByBondId required when Status is Replaced", `{"BondId":"` + bond1 + `","ReferredUserId":"` + referred + `","Status":"Replaced","Version":2}`, "ReplacedByBondId is missing (required when Status is Replaced)", "", false},
+		{"ReplacedByBondId required when Status is replaced in any case", `{"BondId":"` + bond1 + `","ReferredUserId":"` + referred + `","Status":"replaced","ReplacedByBondId":null,"Version":2}`, "ReplacedByBondId is missing", "", false},
+		{"ReplacedByBondId not empty when Status is Replaced", `{"BondId":"` + bond1 + `","ReferredUserId":"` + referred + `","Status":"Replaced","ReplacedByBondId":"` + nilUUID + `","Version":2}`, "ReplacedByBondId is empty", "", false},
+		{"ReplacedByBondId not required when Status is Revoked", base(`"Revoked"`), "", StatusRevoked, true},
 		{"ReplacedByBondId not a UUID", `{"BondId":"` + bond1 + `","ReferredUserId":"` + referred + `","Status":"Replaced","ReplacedByBondId":"?","Version":2}`, "ReplacedByBondId", "", false},
 		{"Version 0", `{"BondId":"` + bond1 + `","ReferredUserId":"` + referred + `","Status":"Revoked","Version":0}`, "Version 0 is < 1", "", false},
 	} {
