@@ -108,6 +108,7 @@ func newMetrics(reg prometheus.Registerer, svc Service, lagSource func(context.C
 	for _, cause := range InfrastructureCauses {
 		m.infraErrors.WithLabelValues(cause)
 	}
+	m.unknownType.WithLabelValues(UnknownEventType)
 	for _, reason := range []string{"processed-already", "lost-race", "shared-failed"} {
 		m.batchReruns.WithLabelValues(reason) // a series from the start: rate() and alerts see zeros
 	}
@@ -142,6 +143,7 @@ func newMetrics(reg prometheus.Registerer, svc Service, lagSource func(context.C
 		m.specRetries = prometheus.NewCounterVec(prometheus.CounterOpts{Name: sm.Retries, Help: "Retries, by class and code."}, []string{"class", "code"})
 		reg.MustRegister(m.specRetries)
 	}
+	m.zeroes(svc)
 	if sm.Lag != "" {
 		reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: sm.Lag, Help: "Seconds between now and the event time of the newest applied event.",
@@ -166,6 +168,43 @@ func newMetrics(reg prometheus.Registerer, svc Service, lagSource func(context.C
 		}))
 	}
 	return m
+}
+
+// zeroes creates the series of every label value from a closed set at 0
+// (the spec's codes, the routes, the outcomes): a counter whose series is
+// born at its first increment hides that increment from increase(), and
+// from every "DLQ > 0" alert, after each start of the process.
+func (m *metrics) zeroes(svc Service) {
+	codes := append([]Code{EnvelopeInvalid, ProcessingFailed, svc.InvalidCode}, svc.Codes...)
+	for _, c := range codes {
+		m.dlq.WithLabelValues(c.Name)
+		if m.specDLQ != nil {
+			m.specDLQ.WithLabelValues(c.Name)
+		}
+		if c.Class == RetryNow || c.Class == RetryLater {
+			m.retries.WithLabelValues(c.Class.String(), c.Name)
+			if m.specRetries != nil {
+				m.specRetries.WithLabelValues(c.Class.String(), c.Name)
+			}
+		}
+		if c.Class == RetryLater && !svc.Blocking {
+			m.parked.WithLabelValues(c.Name)
+		}
+	}
+	outcomes := append([]Outcome{SkippedDuplicate, DeadLettered}, svc.Outcomes...)
+	if !svc.Blocking {
+		outcomes = append(outcomes, Parked)
+	}
+	for _, r := range svc.Routes {
+		m.duration.WithLabelValues(r.EventType)
+		for _, o := range outcomes {
+			m.messages.WithLabelValues(r.EventType, string(o))
+		}
+	}
+	m.duration.WithLabelValues(UnknownEventType)
+	for _, o := range []Outcome{SkippedUnknownEventType, DeadLettered} {
+		m.messages.WithLabelValues(UnknownEventType, string(o))
+	}
 }
 
 func (m *metrics) finished(eventType string, out Outcome, d time.Duration) {

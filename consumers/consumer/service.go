@@ -15,6 +15,15 @@ type Service struct {
 	Group    string
 	DLQTopic string
 
+	// Codes are the error codes of the service's spec, its InvalidCode
+	// among them: the DLQ, retry and parked counters are exported at 0 for
+	// each from the start, so that an alert on increase() sees the first.
+	Codes []Code
+	// Outcomes are the outcomes the service's handlers return (created,
+	// synced, skipped-stale, …): pin_consumer_messages_total is exported at
+	// 0 for each route and outcome from the start, with the runtime's own.
+	Outcomes []Outcome
+
 	// ContractVersion is the envelope version the handlers expect; another
 	// value is logged and counted, then processed.
 	ContractVersion int

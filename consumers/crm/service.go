@@ -100,6 +100,8 @@ func (o Options) New(reg prometheus.Registerer) consumer.Service {
 		DLQTopic:        DLQTopic,
 		ContractVersion: ContractVersion,
 		InvalidCode:     CodeEventInvalid,
+		Codes:           []consumer.Code{CodeEventInvalid, CodeUnknownAction, CodeLeadNotFound, CodeLeadNotActive, CodeConcurrentUpdate},
+		Outcomes:        []consumer.Outcome{Attached, Viewed},
 		Routes: []consumer.Route{
 			{EventType: EventType, KeyPrefix: KeyPrefix, Handle: h.handle},
 		},

@@ -59,6 +59,8 @@ func New(reg prometheus.Registerer) consumer.Service {
 		DLQTopic:        DLQTopic,
 		ContractVersion: 1,
 		InvalidCode:     CodeInvalid,
+		Codes:           []consumer.Code{CodeInvalid, CodeChatNotProvisioned, CodeConcurrentUpdate},
+		Outcomes:        []consumer.Outcome{Synced, SkippedStale},
 		Routes: []consumer.Route{
 			{EventType: EventType, KeyPrefix: KeyPrefix, Handle: h.handle},
 		},

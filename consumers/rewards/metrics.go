@@ -39,6 +39,9 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		}),
 	}
 	reg.MustRegister(m.stale, m.unknownStatus)
+	for _, t := range []EventType{BondCreatedEvent, BondClosedEvent} {
+		m.stale.WithLabelValues(t.String()) // at 0 from the start
+	}
 	return m
 }
 

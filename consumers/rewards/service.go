@@ -67,6 +67,9 @@ func New(reg prometheus.Registerer) consumer.Service {
 		DLQTopic:        DLQTopic,
 		ContractVersion: ContractVersion,
 		InvalidCode:     CodeInvalid,
+		Codes:           []consumer.Code{CodeInvalid, CodeActiveConflict, CodeOrphanClosed},
+		Outcomes: []consumer.Outcome{OutcomeCreated, OutcomeUpdated, OutcomeClosed, OutcomeSkippedAlreadyClosed,
+			consumer.SkippedStale},
 		Routes: []consumer.Route{
 			{EventType: EventTypeBondCreated, KeyPrefix: KeyPrefixBondCreated, Handle: traced("rewards.bond-created", h.bondCreated)},
 			{EventType: EventTypeBondClosed, KeyPrefix: KeyPrefixBondClosed, Handle: traced("rewards.bond-closed", h.bondClosed)},
