@@ -11,18 +11,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/confluentinc/confluent-kafka-go/v2/kafka"
 	"github.com/lib/pq"
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/rs/zerolog"
 
-	"github.com/pin-platform/consumers/consumers/consumer"
-	"github.com/pin-platform/consumers/consumers/consumer/consumertest"
-	"github.com/pin-platform/consumers/consumers/crm"
 	"github.com/pin-platform/consumers/consumers/demo"
+	"github.com/pin-platform/consumers/consumers/demo/demotest"
 	"github.com/pin-platform/consumers/consumers/kafkatest"
-	"github.com/pin-platform/consumers/consumers/messenger"
-	"github.com/pin-platform/consumers/consumers/rewards"
 	"github.com/pin-platform/consumers/migrate"
 	"github.com/pin-platform/consumers/migrate/pgtest"
 )
@@ -119,119 +112,10 @@ func pick(events []demo.Event, marks []bool, want bool) []demo.Event {
 	return out
 }
 
-// retryTimeScale is the consumers' RETRY_TIME_SCALE here, as in `make
-// run`: a message parked in the first half must still be waiting, within
-// its retry-later schedule, when the second half provisions what it waits
-// for (messenger's 10 retries span 30 s at this scale).
-const retryTimeScale = 0.1
-
-// settle is how long the consumers get to catch up.
-const settle = 90 * time.Second
-
-// consumers runs the three services on brokers and the database at url,
-// each logging JSON lines into its buffer.
-type consumers struct {
-	runs []*consumertest.Running
-	logs []*consumertest.LogBuffer
-}
-
-func startConsumers(t *testing.T, brokers, url string) *consumers {
-	t.Helper()
-	c := &consumers{}
-	for _, build := range []func(prometheus.Registerer) consumer.Service{messenger.New, rewards.New, crm.New} {
-		buf := &consumertest.LogBuffer{}
-		log := zerolog.New(buf).Level(zerolog.InfoLevel).With().Timestamp().Logger()
-		c.logs = append(c.logs, buf)
-		c.runs = append(c.runs, consumertest.Start(t, brokers, url, build, consumertest.Options{
-			RetryTimeScale: retryTimeScale,
-			Logger:         &log,
-			// Commit stored offsets every 100 ms: the test waits for them.
-			Kafka: kafka.ConfigMap{"auto.commit.interval.ms": 100},
-		}))
-	}
-	t.Cleanup(func() {
-		if t.Failed() {
-			for _, b := range c.logs {
-				t.Logf("consumer log:\n%s", b.String())
-			}
-		}
-	})
-	return c
-}
-
-// stop stops the consumers as SIGTERM does.
-func (c *consumers) stop(t *testing.T) {
-	t.Helper()
-	for _, r := range c.runs {
-		if err := r.Stop(); err != nil {
-			t.Fatalf("stop a consumer: %v", err)
-		}
-	}
-}
-
-// outcomes returns the outcomes the consumers logged, by MessageId.
-func (c *consumers) outcomes() map[string][]string {
-	out := map[string][]string{}
-	for _, b := range c.logs {
-		for _, l := range b.Lines(func(m map[string]any) bool { return m["outcome"] != nil && m["MessageId"] != nil }) {
-			id := fmt.Sprint(l["MessageId"])
-			out[id] = append(out[id], fmt.Sprint(l["outcome"]))
-		}
-	}
-	return out
-}
-
-func newCluster(t *testing.T) *kafkatest.Cluster {
-	t.Helper()
-	topics := map[string]int{}
-	for _, tp := range demo.Topics {
-		topics[tp.Name], topics[tp.DLQ] = tp.Partitions, tp.Partitions
-	}
-	return kafkatest.NewCluster(t, topics)
-}
-
-func produce(t *testing.T, kc *kafkatest.Cluster, events []demo.Event) {
-	t.Helper()
-	for _, e := range events {
-		kc.Produce(t, e.Topic, kafkatest.Message{Partition: -1, Key: e.Key, Value: e.Value})
-	}
-}
-
-// caughtUp reports whether every group committed every message of its
-// topic.
-func caughtUp(t *testing.T, kc *kafkatest.Cluster) bool {
-	t.Helper()
-	for _, tp := range demo.Topics {
-		committed := int64(0)
-		for _, o := range kc.Committed(t, tp.Group, tp.Name) {
-			committed += o
-		}
-		if committed != int64(kc.Count(t, tp.Name)) {
-			return false
-		}
-	}
-	return true
-}
-
-// poll checks cond every 100 ms until it holds, failing the test after
-// settle.
-func poll(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(settle)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("after %s: %s", settle, what)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-}
-
-func runSQL(t *testing.T, db *sql.DB, st demo.Step) {
-	t.Helper()
-	if _, err := db.ExecContext(ctx, st.SQL, st.SQLArgs...); err != nil {
-		t.Fatalf("%s: %v", st.Say, err)
-	}
-}
+// The consumers run at demotest.RetryTimeScale, as in `make run`: a
+// message parked in the first half must still be waiting, within its
+// retry-later schedule, when the second half provisions what it waits for
+// (messenger's 10 retries span 30 s at this scale).
 
 // firstHalf runs the scenario's setup and first half on a database at the
 // newest version and returns its rows, and the MessageIds the consumers
@@ -241,16 +125,13 @@ func firstHalf(t *testing.T, sc *demo.Scenario, events []demo.Event) (*snapshot,
 	t.Helper()
 	url := pgtest.NewDB(t)
 	db := openDB(t, url)
-	for _, st := range sc.Setup {
-		runSQL(t, db, st)
-	}
-	kc := newCluster(t)
-	c := startConsumers(t, kc.Bootstrap, url)
-	produce(t, kc, events)
-	poll(t, "the consumers did not process the first half of the scenario", func() bool { return caughtUp(t, kc) })
-	c.stop(t)
+	demotest.Setup(t, sc, db)
+	c := demotest.Start(t, demotest.NewCluster(t), url, demotest.Options{})
+	c.Produce(events)
+	demotest.Poll(t, "the consumers did not process the first half of the scenario", c.CaughtUp)
+	c.Stop()
 	processed := map[string]bool{}
-	for id, outs := range c.outcomes() {
+	for id, outs := range c.Outcomes() {
 		if slices.ContainsFunc(outs, func(o string) bool { return o != "parked" && o != "dead-lettered" }) {
 			processed[id] = true
 		}
@@ -265,25 +146,11 @@ func firstHalf(t *testing.T, sc *demo.Scenario, events []demo.Event) (*snapshot,
 // checks the scenario's outcome, its dead letters, and that every message
 // processed before the upgrade was skipped as a duplicate.
 func secondHalf(t *testing.T, sc *demo.Scenario, db *sql.DB, url string, first []bool, processed map[string]bool) {
-	kc := newCluster(t)
-	c := startConsumers(t, kc.Bootstrap, url)
-	produce(t, kc, pick(sc.Events(), first, true))
-	i := 0 // index in sc.Events()
-	for _, st := range sc.Steps {
-		if st.SQL != "" {
-			poll(t, "the consumers did not catch up before: "+st.Say, func() bool { return caughtUp(t, kc) })
-			runSQL(t, db, st)
-		}
-		produce(t, kc, pick(st.Events, first[i:i+len(st.Events)], false))
-		i += len(st.Events)
-	}
-	poll(t, "the consumers did not finish the scenario (offsets committed, nothing parked)", func() bool {
-		var parked int
-		if err := db.QueryRowContext(ctx, `SELECT count(*) FROM parked_messages`).Scan(&parked); err != nil {
-			t.Fatal(err)
-		}
-		return parked == 0 && caughtUp(t, kc)
-	})
+	kc := demotest.NewCluster(t)
+	c := demotest.Start(t, kc, url, demotest.Options{})
+	c.Produce(pick(sc.Events(), first, true))
+	c.Play(sc, db, func(i int) bool { return !first[i] })
+	c.WaitDone(db)
 	for _, bad := range sc.Check(ctx, db) {
 		t.Errorf("scenario: %s", bad)
 	}
@@ -300,7 +167,7 @@ func secondHalf(t *testing.T, sc *demo.Scenario, db *sql.DB, url string, first [
 			t.Errorf("%s: dead letters %v, want %v", topic, got, want)
 		}
 	}
-	outs := c.outcomes()
+	outs := c.Outcomes()
 	for id := range processed {
 		if o := outs[id]; len(o) == 0 || slices.ContainsFunc(o, func(o string) bool { return o != "skipped-duplicate" }) {
 			t.Errorf("message %s, processed before the upgrade: outcomes %v after it, want skipped-duplicate", id, o)

@@ -10,6 +10,7 @@ import (
 
 	entsql "entgo.io/ent/dialect/sql"
 	"github.com/confluentinc/confluent-kafka-go/v2/kafka"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/pin-platform/consumers/ent"
 	"github.com/pin-platform/consumers/ent/parkedmessage"
@@ -309,11 +310,14 @@ func (r *Runtime) redriveDeadLetter(ctx context.Context, tx *ent.Tx, row *ent.Pa
 
 // redriveAttempt is attempt() inside the re-driver's transaction, under a
 // savepoint: a duplicate or a failure rolls back to it.
-func (r *Runtime) redriveAttempt(ctx context.Context, tx *ent.Tx, it *item) (Outcome, error) {
+func (r *Runtime) redriveAttempt(ctx context.Context, tx *ent.Tx, it *item) (out Outcome, err error) {
+	r.startAttempt(it, trace.SpanContext{}, 1)
+	defer func() { r.endAttempt(it, err) }()
 	if _, err := tx.ExecContext(ctx, "SAVEPOINT redrive"); err != nil {
 		return "", err
 	}
-	out, claimed, err := r.handleIn(ctx, tx, it)
+	var claimed bool
+	out, claimed, err = r.handleIn(ctx, tx, it)
 	if err != nil || !claimed {
 		if _, rbErr := tx.ExecContext(ctx, "ROLLBACK TO SAVEPOINT redrive"); rbErr != nil {
 			if err == nil {

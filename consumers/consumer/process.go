@@ -33,6 +33,7 @@ type item struct {
 	outcome   Outcome
 	attempts  int
 	marked    bool            // its mark was found committed: a duplicate
+	attempt   *attemptSpans   // the spans of the attempt running now
 	log       *zerolog.Logger // the message's logger, built on first use
 }
 
@@ -303,6 +304,10 @@ func (w *worker) commitBatch(items []*item) (ok bool, failed int, err error) {
 	}
 }
 
+// errRolledBack is the span status of a message whose shared transaction
+// rolled back for another's failure.
+var errRolledBack = errors.New("rolled back with its transaction")
+
 // rerun says why batchTx rolled back to be run again at once.
 type rerun int
 
@@ -340,6 +345,28 @@ func (w *worker) batchTx(ctx context.Context, items []*item, rerace bool) (ok bo
 		run[i] = true
 		msgs = append(msgs, it.msg)
 	}
+	// Each message's attempt spans, linked to the transaction's (ctx's),
+	// end with the transaction: committed, or rolled back with the failure
+	// of the message it belongs to (the others: rolled back with it).
+	batchSpan := trace.SpanContextFromContext(ctx)
+	for i, it := range items {
+		if run[i] {
+			r.startAttempt(it, batchSpan, len(msgs))
+		}
+	}
+	defer func() {
+		for i, it := range items {
+			var cause error
+			switch {
+			case ok:
+			case i == failed && err != nil:
+				cause = err
+			default:
+				cause = errRolledBack
+			}
+			r.endAttempt(it, cause)
+		}
+	}()
 	hctx := ctx
 	b := &batch{}
 	if r.svc.Prepare != nil && len(msgs) > 0 {
@@ -442,7 +469,7 @@ func (r *Runtime) call(ctx context.Context, tx *ent.Tx, it *item) (out Outcome, 
 			err = r.svc.InvalidCode.Errorf("handler panicked: %v", p)
 		}
 	}()
-	ctx = trace.ContextWithSpan(ctx, it.span)
+	ctx = handlerContext(ctx, it)
 	ctx = r.logFor(it).WithContext(ctx)
 	return it.route.Handle(withState(ctx, it.st), tx, it.msg)
 }
@@ -471,13 +498,14 @@ func (r *Runtime) handleIn(ctx context.Context, tx *ent.Tx, it *item) (out Outco
 }
 
 // attempt processes one message in its own transaction.
-func (w *worker) attempt(it *item) (Outcome, error) {
+func (w *worker) attempt(it *item) (out Outcome, err error) {
 	r := w.r
-	ctx, span := r.tracer.Start(trace.ContextWithSpan(w.ctx, it.span), "db.transaction")
-	defer span.End()
 	if !w.takeTurn(nil) { // given up for a dead letter or a backoff
 		return "", w.ctx.Err()
 	}
+	a := r.startAttempt(it, trace.SpanContext{}, 1)
+	defer func() { r.endAttempt(it, err) }()
+	ctx := trace.ContextWithSpan(w.ctx, a.db) // w.ctx: cancelled when the drain budget is spent
 	tx, err := r.client.Tx(ctx)
 	if err != nil {
 		return "", err
@@ -485,9 +513,6 @@ func (w *worker) attempt(it *item) (Outcome, error) {
 	out, claimed, err := r.handleIn(ctx, tx, it)
 	if err != nil || !claimed {
 		_ = tx.Rollback()
-		if err != nil {
-			span.SetStatus(codes.Error, r.redact(err.Error()))
-		}
 		return out, err
 	}
 	if err := tx.Commit(); err != nil {

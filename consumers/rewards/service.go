@@ -71,8 +71,8 @@ func New(reg prometheus.Registerer) consumer.Service {
 		Outcomes: []consumer.Outcome{OutcomeCreated, OutcomeUpdated, OutcomeClosed, OutcomeSkippedAlreadyClosed,
 			consumer.SkippedStale},
 		Routes: []consumer.Route{
-			{EventType: EventTypeBondCreated, KeyPrefix: KeyPrefixBondCreated, Handle: traced("rewards.bond-created", h.bondCreated)},
-			{EventType: EventTypeBondClosed, KeyPrefix: KeyPrefixBondClosed, Handle: traced("rewards.bond-closed", h.bondClosed)},
+			{EventType: EventTypeBondCreated, KeyPrefix: KeyPrefixBondCreated, Handle: h.bondCreated},
+			{EventType: EventTypeBondClosed, KeyPrefix: KeyPrefixBondClosed, Handle: h.bondClosed},
 		},
 		RetryNow: 3,
 		Prepare:  prepare,
