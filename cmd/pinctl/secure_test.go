@@ -201,8 +201,8 @@ func TestSASLReachesEveryKafkaClientAndNoSecretIsPrinted(t *testing.T) {
 	}
 	for _, u := range []string{
 		strings.Replace(dbURL, url.UserPassword("postgres", dbPW).String(), "postgres:"+dbPW, 1), // not encoded: does not parse
-		"postgres://postgres:" + url.PathEscape(dbPW) + "@127.0.0.1:1/none?sslmode=disable",       // unreachable
-		"host=127.0.0.1 port=1 user=postgres password='" + dbPW + "' dbname=none",                 // key=value
+		"postgres://postgres:" + url.PathEscape(dbPW) + "@127.0.0.1:1/none?sslmode=disable",      // unreachable
+		"host=127.0.0.1 port=1 user=postgres password='" + dbPW + "' dbname=none",                // key=value
 	} {
 		t.Run("pinctl migrate status of a bad URL", func(t *testing.T) {
 			cmd := exec.Command(filepath.Join(bin, "pinctl"), "migrate", "status", "--url", u)
