@@ -9,7 +9,7 @@ GOLANGCI  := $(GO) tool -modfile=tools/go.mod golangci-lint
 # there are cores.
 TESTFLAGS ?= -count=1 -parallel 8 -timeout 20m
 
-.PHONY: all build run test generate generate-check migrate-diff migrate-lint migrate-plan lint bench clean clean-data
+.PHONY: all build run test generate generate-check migrate-diff migrate-lint migrate-plan lint bench chaos clean clean-data
 
 all: build
 
@@ -70,6 +70,11 @@ lint:
 ## ARGS="--events 10000 --only rewards"); see bench/README.md.
 bench: build
 	$(BIN)/pinctl bench $(ARGS)
+
+## chaos: the consumers under faults, checked against a model of the events
+## (ARGS="--seed 7", ARGS="--short", ARGS="--events 100000"); see README.md.
+chaos: build
+	$(BIN)/pinctl chaos $(ARGS)
 
 clean:
 	rm -rf $(BIN)

@@ -1,0 +1,116 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strings"
+
+	"github.com/pin-platform/consumers/internal/chaos"
+)
+
+func init() {
+	register(command{name: "chaos", summary: "the fault run: consumers under kills, a PostgreSQL crash, a read-only window and broker faults, checked against a model (make chaos)", run: runChaos})
+}
+
+func runChaos(ctx context.Context, args []string) error {
+	fs := newFlags("chaos", "chaos [--seed N] [--events N] [--only SERVICE[,SERVICE]] [--short] [--keep]",
+		"Starts a private PostgreSQL, kfake (an in-process Kafka-protocol broker) and two\n"+
+			"instances of each consumer (bin/*-consumers, the real binaries), produces N events\n"+
+			"per consumer made from the seed — duplicates, older versions after newer ones, poison\n"+
+			"of every kind the specs know — while the faults play: kill -9 of consumers, a\n"+
+			"PostgreSQL crash and restart, a read-only window (writes refused with 25006), and\n"+
+			"kfake's offset commits failing, fetch errors, a slow coordinator, partition leaders\n"+
+			"and coordinators moving, connections dropped. Once the groups committed every offset\n"+
+			"and nothing waits parked, it compares the database and the DLQs with a model of the\n"+
+			"events and prints one line per consumer:\n"+
+			"  rewards   events=20000 lost=0 doubled=0 wrong=0 poison_in_dlq=512/512\n"+
+			"Exit 1 when any line is off (the work directory is then kept).")
+	o := chaos.Defaults()
+	short := false
+	only := ""
+	fs.Uint64Var(&o.Seed, "seed", o.Seed, "seed of the events and of the faults' times and targets")
+	fs.IntVar(&o.Events, "events", 0, "events per consumer (default 20000; 3000 with --short)")
+	fs.StringVar(&only, "only", "", "comma-separated services to run (rewards, messenger, crm); default all")
+	fs.Float64Var(&o.Rate, "rate", 0, "events produced per second and consumer (default 500; 150 with --short)")
+	fs.IntVar(&o.Faults.Kills, "kills", -1, "consumer processes killed with SIGKILL (default 4; 1 with --short)")
+	fs.BoolVar(&short, "short", false, "the CI-sized run: 3000 events, one kill, one read-only window, the broker's faults")
+	fs.BoolVar(&o.Keep, "keep", false, "keep the work directory (PostgreSQL's data, the consumers' logs)")
+	fs.DurationVar(&o.Timeout, "timeout", o.Timeout, "how long the consumers may take to finish after the last event and fault")
+	fs.Func("env", "KEY=VALUE for the consumers (repeatable), e.g. CONSUMER_SHARED_TRANSACTIONS=0", func(s string) error {
+		if k, _, ok := strings.Cut(s, "="); !ok || k == "" {
+			return fmt.Errorf("%q is not KEY=VALUE", s)
+		}
+		o.Env = append(o.Env, s)
+		return nil
+	})
+	if _, err := parseArgs(fs, args, 0, 0); err != nil {
+		return err
+	}
+	if short {
+		s := chaos.Short()
+		s.Seed, s.Keep, s.Timeout, s.Env = o.Seed, o.Keep, o.Timeout, o.Env
+		if o.Faults.Kills >= 0 {
+			s.Faults.Kills = o.Faults.Kills
+		}
+		events, rate := o.Events, o.Rate
+		o = s
+		if events > 0 {
+			o.Events = events
+		}
+		if rate > 0 {
+			o.Rate = rate
+		}
+	} else {
+		d := chaos.Defaults()
+		if o.Events == 0 {
+			o.Events = d.Events
+		}
+		if o.Rate == 0 {
+			o.Rate = d.Rate
+		}
+		if o.Faults.Kills < 0 {
+			o.Faults.Kills = d.Faults.Kills
+		}
+	}
+	if o.Events < 1 || o.Rate <= 0 {
+		return usageError("chaos: --events and --rate must be > 0")
+	}
+	if only != "" {
+		for _, s := range strings.Split(only, ",") {
+			o.Services = append(o.Services, strings.TrimSpace(s))
+		}
+	}
+	var err error
+	if o.BinDir, err = binDir(); err != nil {
+		return err
+	}
+	o.Out = os.Stdout
+	res, err := chaos.Run(ctx, o)
+	if res != nil {
+		fmt.Println()
+		for _, t := range res.Services {
+			fmt.Println(t.Line())
+			if !t.OK() {
+				for _, n := range t.Notes() {
+					fmt.Println("    " + n)
+				}
+			}
+		}
+		for _, p := range res.Problems {
+			fmt.Println("! " + p)
+		}
+		fmt.Printf("(%s", res.Took.Round(1e9))
+		if res.WorkDir != "" {
+			fmt.Printf("; work directory kept: %s", res.WorkDir)
+		}
+		fmt.Println(")")
+	}
+	if err != nil {
+		return err
+	}
+	if !res.OK() {
+		return &exitError{code: 1}
+	}
+	return nil
+}
