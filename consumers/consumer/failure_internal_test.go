@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/lib/pq"
+	"github.com/lib/pq/pqerror"
 )
 
 // TestInfraCauseTellsTheWorldsFailuresFromTheMessages is the classification
@@ -20,7 +21,7 @@ import (
 // until it is gone, never dead-lettered); the others have none.
 func TestInfraCauseTellsTheWorldsFailuresFromTheMessages(t *testing.T) {
 	pqe := func(code, msg string) error {
-		return fmt.Errorf("insert lead event: %w", &pq.Error{Code: pq.ErrorCode(code), Message: msg})
+		return fmt.Errorf("insert lead event: %w", &pq.Error{Code: pqerror.Code(code), Message: msg})
 	}
 	cases := []struct {
 		name string
