@@ -23,11 +23,12 @@ run: build
 
 ## test: every test. One PostgreSQL serves the whole run: the one at
 ## DATABASE_URL when set, else a throwaway server pinctl starts and stops.
+## Tests that run the consumer binaries take them from the bin/ just built.
 test: build
 ifdef DATABASE_URL
-	$(GO) test $(TESTFLAGS) ./...
+	PIN_CONSUMERS_BIN=$(CURDIR)/$(BIN) $(GO) test $(TESTFLAGS) ./...
 else
-	$(BIN)/pinctl pg exec -- $(GO) test $(TESTFLAGS) ./...
+	PIN_CONSUMERS_BIN=$(CURDIR)/$(BIN) $(BIN)/pinctl pg exec -- $(GO) test $(TESTFLAGS) ./...
 endif
 
 ## generate: the ent client from schema/.

@@ -181,12 +181,12 @@ func poison(e *event, k poisonKind) {
 	e.note = "poison: " + k.note
 	e.code, e.want = k.code, k.code
 	e.body = nil
-	var env struct{ MessageId string } //nolint:revive,staticcheck // the envelope's member name
+	var env struct{ MessageID string }
 	if e.value == nil || json.Unmarshal(e.value, &env) != nil {
 		e.id = uuid.Nil
 		return
 	}
-	if id, err := uuid.Parse(env.MessageId); err == nil {
+	if id, err := uuid.Parse(env.MessageID); err == nil {
 		e.id = id
 	} else {
 		e.id = uuid.Nil

@@ -158,6 +158,15 @@ func (t *Tally) Notes() []string {
 	return out
 }
 
+// poisonKindOf is the kind in a poison message's note: copies ("again: ")
+// count with their original.
+func poisonKindOf(note string) string {
+	for strings.HasPrefix(note, "again: ") {
+		note = strings.TrimPrefix(note, "again: ")
+	}
+	return strings.TrimPrefix(note, "poison: ")
+}
+
 // compareMessages checks the marks and the dead letters against x. marks
 // is the service's group's processed_messages (key → outcome); dlq the
 // codes of its DLQ's records by source position.
@@ -179,9 +188,10 @@ func compareMessages(t *Tally, x *expectation, marks map[string]string, dlq map[
 			t.poisonOK++
 			continue
 		}
-		what := fmt.Sprintf("poison not in the DLQ: %s (want %s)", strings.TrimPrefix(want.note, "again: "), want.code)
+		kind := poisonKindOf(want.note)
+		what := fmt.Sprintf("poison not in the DLQ: %s (want %s)", kind, want.code)
 		if len(got) > 0 {
-			what = fmt.Sprintf("poison dead-lettered as %s: %s (want %s)", strings.Join(got, ","), strings.TrimPrefix(want.note, "again: "), want.code)
+			what = fmt.Sprintf("poison dead-lettered as %s: %s (want %s)", strings.Join(got, ","), kind, want.code)
 		}
 		m := missed[what]
 		if m == nil {
@@ -219,7 +229,7 @@ func compareMessages(t *Tally, x *expectation, marks map[string]string, dlq map[
 	for k, out := range marks {
 		if _, ok := x.marks[k]; !ok {
 			if note, ok := x.poisonKeys[k]; ok {
-				t.addWrong("%s has a mark (%s): it was processed, not dead-lettered", k, out+", "+note)
+				t.addWrong("%s has a mark (%s), yet it is poison (%s): it was processed, not dead-lettered", k, out, poisonKindOf(note))
 				continue
 			}
 			t.addWrong("a mark the model does not expect: %s (%s)", k, out)
