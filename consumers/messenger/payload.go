@@ -16,9 +16,11 @@ import (
 type payload struct {
 	LeadID             uuid.UUID             `json:"LeadId"`
 	ActiveParticipants []participantSnapshot `json:"ActiveParticipants"`
-	Participants       []participantChange   `json:"Participants"`
-	Version            int64                 `json:"Version"`
-	ChangedAt          time.Time             `json:"ChangedAt"`
+	// Participants is nil when the member is missing or null: invalid,
+	// unlike an empty array.
+	Participants *[]participantChange `json:"Participants"`
+	Version      int64                `json:"Version"`
+	ChangedAt    time.Time            `json:"ChangedAt"`
 }
 
 // participantSnapshot is one member of the lead's target set.
@@ -107,12 +109,12 @@ type snapshot struct {
 // validate checks a decoded payload (spec "Algorithm" step 2) and builds the
 // snapshot. Every failure is a MSG_LEAD_PARTICIPANTS_INVALID error.
 //
+// Participants must be present (an empty array is fine, missing or null is
+// not) and every entry of it must have a UserId, as the spec says.
 // Decisions beyond the spec's list, all on the side of never writing a
 // wrong fact: a member without a Role, or with one longer than the column
 // (32), is invalid; ChangedAt is required because it becomes the feed's
-// occurred_at. A missing or null Participants is accepted as an empty delta
-// (the delta only shapes facts; ActiveParticipants decides), and so is a
-// delta entry without a UserId (ignored).
+// occurred_at.
 func validate(p payload) (snapshot, error) {
 	s := snapshot{LeadID: p.LeadID, Version: p.Version, ChangedAt: p.ChangedAt}
 	if p.LeadID == uuid.Nil {
@@ -154,9 +156,12 @@ func validate(p payload) (snapshot, error) {
 		}
 	}
 	sortMembers(s.Target)
-	for _, c := range p.Participants {
+	if p.Participants == nil {
+		return s, CodeInvalid.Errorf("Participants is missing or null (an empty array is the empty delta)")
+	}
+	for i, c := range *p.Participants {
 		if c.UserID == uuid.Nil {
-			continue
+			return s, CodeInvalid.Errorf("Participants[%d].UserId is missing", i)
 		}
 		ct, known := canonical(c.ChangeType, knownChangeTypes)
 		c.ChangeType = ct

@@ -50,6 +50,10 @@ func TestDecode(t *testing.T) {
 		{"a Role that is a number", `{` + lead + `,` + at + `,"ActiveParticipants":[{"UserId":"00000000-0000-0000-0000-000000000001","Role":3}],"Version":1}`},
 		{"the same user twice with different roles", `{` + lead + `,` + at + `,"ActiveParticipants":[{"UserId":"00000000-0000-0000-0000-000000000001","Role":"Executor"},{"UserId":"00000000-0000-0000-0000-000000000001","Role":"Lawyer"}],"Version":1}`},
 		{"Participants not a list", valid(`"Participants":"Added"`)},
+		{"Participants missing", `{` + lead + `,` + at + `,` + one + `,"Version":1}`},
+		{"Participants null", valid(`"Participants":null`)},
+		{"a delta entry without UserId", valid(`"Participants":[{"ChangeType":"Added","Role":"Lawyer"}]`)},
+		{"a delta entry with the nil UserId", valid(`"Participants":[{"UserId":"00000000-0000-0000-0000-000000000000","ChangeType":"Added"}]`)},
 	}
 	for _, tt := range invalid {
 		t.Run("invalid: "+tt.name, func(t *testing.T) {
@@ -78,15 +82,15 @@ func TestDecode(t *testing.T) {
 			t.Fatalf("delta %+v", s.Delta)
 		}
 	})
-	t.Run("a missing Participants is an empty delta", func(t *testing.T) {
-		s, err := decode(msgWithPayload(`{` + lead + `,` + at + `,` + one + `,"Version":1}`))
+	t.Run("an empty Participants is an empty delta", func(t *testing.T) {
+		s, err := decode(msgWithPayload(valid()))
 		if err != nil || len(s.Delta) != 0 || len(s.Target) != 1 {
 			t.Fatalf("snapshot %+v, err %v", s, err)
 		}
 	})
 	t.Run("an unknown role and an unknown ChangeType are accepted and reported", func(t *testing.T) {
 		s, err := decode(msgWithPayload(valid(`"ActiveParticipants":[{"UserId":"00000000-0000-0000-0000-000000000001","Role":"Notary"}]`,
-			`"Participants":[{"UserId":"00000000-0000-0000-0000-000000000001","ChangeType":"Teleported","Role":"Notary"},{"ChangeType":"Added"}]`)))
+			`"Participants":[{"UserId":"00000000-0000-0000-0000-000000000001","ChangeType":"Teleported","Role":"Notary"}]`)))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -222,7 +222,7 @@ func TestReconcileSnapshot(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			s, err := validate(payload{LeadID: u(100), ActiveParticipants: tt.active, Participants: tt.delta, Version: 1, ChangedAt: at})
+			s, err := validate(payload{LeadID: u(100), ActiveParticipants: tt.active, Participants: &tt.delta, Version: 1, ChangedAt: at})
 			if tt.invalid {
 				if !isCode(err, CodeInvalid) {
 					t.Fatalf("err = %v, want %s", err, CodeInvalid.Name)
