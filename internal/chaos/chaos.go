@@ -139,6 +139,11 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
+	for _, s := range svcs {
+		if _, err := consumerBinary(o.BinDir, s.Service); err != nil {
+			return nil, err
+		}
+	}
 	r := &run{o: o, svcs: svcs, exits: make(chan exit, 64)}
 	res := &Result{}
 	if r.work, err = localpg.MkdirTemp("pinctl-chaos-*"); err != nil {
@@ -175,10 +180,10 @@ func (r *run) run(ctx context.Context, res *Result) error {
 	r.say("chaos: seed %d, %d events per consumer (%s) at %.0f/s, %d instances per group; work directory %s",
 		o.Seed, o.Events, strings.Join(names, ", "), o.Rate, o.Instances, r.work)
 
+	defer r.stopPostgres()
 	if err := r.startPostgres(ctx); err != nil {
 		return err
 	}
-	defer r.stopPostgres()
 	var topics []string
 	for _, s := range r.svcs {
 		topics = append(topics, s.Name)
@@ -189,11 +194,13 @@ func (r *run) run(ctx context.Context, res *Result) error {
 		return err
 	}
 	defer r.kc.Close()
+	defer r.stopConsumers()
+	superCtx, stopSupervising := context.WithCancel(ctx)
+	defer stopSupervising()
+	go r.supervise(superCtx)
 	if err := r.startConsumers(ctx); err != nil {
 		return err
 	}
-	defer r.stopConsumers()
-	go r.supervise(ctx)
 
 	p, err := newProducer(r.bootstrap)
 	if err != nil {
@@ -209,9 +216,12 @@ func (r *run) run(ctx context.Context, res *Result) error {
 	r.say("producing takes %.0fs; %d faults meanwhile (times from the first event on):", span.Seconds(), len(plan))
 
 	// Produce, play the faults and provision what comes late, together.
+	// Whatever way the run ends, those end before the consumers stop.
+	var feeding, background sync.WaitGroup
+	ctx, cancel := context.WithCancel(ctx)
+	defer func() { cancel(); feeding.Wait(); background.Wait() }()
 	r.t0 = time.Now()
 	var produced atomic.Int64
-	var feeding, background sync.WaitGroup
 	feedErr := make(chan error, len(r.svcs))
 	for _, s := range r.svcs {
 		feeding.Add(1)
@@ -338,6 +348,9 @@ func (r *run) stopPostgres() {
 	if r.db != nil {
 		r.db.Close()
 	}
+	if r.pg == nil {
+		return
+	}
 	if err := r.pg.Stop(); err != nil {
 		r.say("  ! stopping PostgreSQL: %v", err)
 	}
@@ -462,6 +475,9 @@ func (r *run) play(ctx context.Context, f fault, bf *brokerFaults) {
 	switch f.kind {
 	case faultKill:
 		in := r.instance(f.target)
+		in.faults.Lock()
+		defer in.faults.Unlock()
+		at = r.since()
 		pid := in.pid()
 		in.kill()
 		r.say("%s", describe(f, at, fmt.Sprintf(": pid %d killed", pid)))

@@ -76,14 +76,13 @@ func fold(target []member) map[uuid.UUID]string {
 
 // chatFact is a chat_events row.
 type chatFact struct {
-	msg       uuid.UUID
-	typ       string
-	user      uuid.UUID
-	role      string
-	prev      string // "" when NULL
-	at        time.Time
-	chat      uuid.UUID
-	recovered bool // read from the database
+	msg  uuid.UUID
+	typ  string
+	user uuid.UUID
+	role string
+	prev string // "" when NULL
+	at   time.Time
+	chat uuid.UUID
 }
 
 func (f chatFact) key() string { return f.msg.String() + "/" + f.typ + "/" + f.user.String() }
@@ -110,12 +109,11 @@ func sortedIDs(ids []uuid.UUID) string {
 
 // chatState is a lead chat as the model or the database has it.
 type chatState struct {
-	version  int64 // lead_member_version; 0: NULL
-	applied  int64 // row_version
-	members  map[uuid.UUID]*chatMember
-	facts    []chatFact
-	updates  []chatUpdate
-	appliedM []uuid.UUID // MessageIds applied, in order
+	version int64 // lead_member_version; 0: NULL
+	applied int64 // row_version
+	members map[uuid.UUID]*chatMember
+	facts   []chatFact
+	updates []chatUpdate
 }
 
 type chatMember struct {
@@ -126,8 +124,8 @@ type chatMember struct {
 func newChatState() *chatState { return &chatState{members: map[uuid.UUID]*chatMember{}} }
 
 // apply reconciles the chat's members with snapshot p of message msg
-// (spec step 5–6) and returns the facts and the chat_updates row it
-// writes (none when the membership does not change).
+// (spec steps 5–6): the facts and the chat_updates row it writes (none
+// when the membership does not change), the version, the row's version.
 func (c *chatState) apply(msg uuid.UUID, p participantsChanged) {
 	target := fold(p.target)
 	var facts []chatFact
@@ -153,7 +151,6 @@ func (c *chatState) apply(msg uuid.UUID, p participantsChanged) {
 	}
 	c.version = p.version
 	c.applied++
-	c.appliedM = append(c.appliedM, msg)
 	if len(facts) > 0 {
 		c.facts = append(c.facts, facts...)
 		c.updates = append(c.updates, newChatUpdate(recipients, revoked))
@@ -474,7 +471,7 @@ func readMessenger(ctx context.Context, db *sql.DB) (map[uuid.UUID]*chatState, m
 		return nil, nil, err
 	}
 	for rs.Next() {
-		f := chatFact{recovered: true}
+		var f chatFact
 		if err := rs.Scan(&f.chat, &f.typ, &f.user, &f.role, &f.prev, &f.at, &f.msg); err != nil {
 			rs.Close()
 			return nil, nil, err

@@ -22,6 +22,10 @@ type instance struct {
 	addr    string // HTTP_ADDR
 	logPath string
 
+	// faults serialises the faults that stop and start the process: a
+	// second kill waits until the first one's process is back.
+	faults sync.Mutex
+
 	mu       sync.Mutex
 	cmd      *exec.Cmd
 	done     chan struct{}
@@ -40,6 +44,13 @@ type exit struct {
 func (in *instance) start(exits chan<- exit) error {
 	in.mu.Lock()
 	defer in.mu.Unlock()
+	if in.done != nil {
+		select {
+		case <-in.done:
+		default:
+			return fmt.Errorf("start %s: it runs already (pid %d)", in.name, in.cmd.Process.Pid)
+		}
+	}
 	f, err := os.OpenFile(in.logPath, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644)
 	if err != nil {
 		return err

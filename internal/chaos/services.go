@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/google/uuid"
@@ -69,7 +70,7 @@ func services(names []string, seed uint64, n int, window time.Duration) ([]*serv
 	}
 	var out []*service
 	for _, t := range demo.Topics {
-		if len(names) > 0 && !contains(names, t.Service) {
+		if len(names) > 0 && !slices.Contains(names, t.Service) {
 			continue
 		}
 		out = append(out, build[t.Service](t))
@@ -80,15 +81,6 @@ func services(names []string, seed uint64, n int, window time.Duration) ([]*serv
 		}
 	}
 	return out, nil
-}
-
-func contains(xs []string, x string) bool {
-	for _, y := range xs {
-		if y == x {
-			return true
-		}
-	}
-	return false
 }
 
 func checkRewards(ctx context.Context, db *sql.DB, t *Tally, recs []record, marks map[string]string, dlq map[pos][]string) error {
