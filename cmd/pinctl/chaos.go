@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"strconv"
 	"strings"
 
 	"github.com/pin-platform/consumers/internal/chaos"
@@ -20,11 +21,11 @@ func runChaos(ctx context.Context, args []string) error {
 			"per consumer made from the seed — duplicates, older versions after newer ones, poison\n"+
 			"of every kind the specs know — while the faults play: kill -9 of consumers, a\n"+
 			"PostgreSQL crash and restart, a read-only window (writes refused with 25006), and\n"+
-			"kfake's offset commits failing, fetch errors, a slow coordinator, partition leaders\n"+
-			"and coordinators moving, connections dropped. Once the groups committed every offset\n"+
-			"and nothing waits parked, it compares the database and the DLQs with a model of the\n"+
-			"events and prints one line per consumer:\n"+
-			"  rewards   events=20000 lost=0 doubled=0 wrong=0 poison_in_dlq=512/512\n"+
+			"kfake's: offset commits and fetches failing, dead letters refused, a slow\n"+
+			"coordinator, partition leaders and coordinators moving, connections dropped. Once\n"+
+			"the groups committed every offset and nothing waits parked, it compares the database\n"+
+			"and the DLQs with a model of the events and prints one line per consumer:\n"+
+			"  rewards   events=20000 lost=0 doubled=0 wrong=0 poison_in_dlq=515/515\n"+
 			"Exit 1 when any line is off (the work directory is then kept).")
 	o := chaos.Defaults()
 	short := false
@@ -33,7 +34,15 @@ func runChaos(ctx context.Context, args []string) error {
 	fs.IntVar(&o.Events, "events", 0, "events per consumer (default 20000; 3000 with --short)")
 	fs.StringVar(&only, "only", "", "comma-separated services to run (rewards, messenger, crm); default all")
 	fs.Float64Var(&o.Rate, "rate", 0, "events produced per second and consumer (default 500; 150 with --short)")
-	fs.IntVar(&o.Faults.Kills, "kills", -1, "consumer processes killed with SIGKILL (default 4; 1 with --short)")
+	kills := -1
+	fs.Func("kills", "consumer processes killed with SIGKILL (default 4; 1 with --short)", func(s string) error {
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 0 {
+			return fmt.Errorf("%q is not a whole number ≥ 0", s)
+		}
+		kills = n
+		return nil
+	})
 	fs.BoolVar(&short, "short", false, "the CI-sized run: 3000 events, one kill, one read-only window, the broker's faults")
 	fs.BoolVar(&o.Keep, "keep", false, "keep the work directory (PostgreSQL's data, the consumers' logs)")
 	fs.DurationVar(&o.Timeout, "timeout", o.Timeout, "how long the consumers may take to finish after the last event and fault")
@@ -47,32 +56,21 @@ func runChaos(ctx context.Context, args []string) error {
 	if _, err := parseArgs(fs, args, 0, 0); err != nil {
 		return err
 	}
+	d := chaos.Defaults()
 	if short {
-		s := chaos.Short()
-		s.Seed, s.Keep, s.Timeout, s.Env = o.Seed, o.Keep, o.Timeout, o.Env
-		if o.Faults.Kills >= 0 {
-			s.Faults.Kills = o.Faults.Kills
-		}
-		events, rate := o.Events, o.Rate
-		o = s
-		if events > 0 {
-			o.Events = events
-		}
-		if rate > 0 {
-			o.Rate = rate
-		}
-	} else {
-		d := chaos.Defaults()
-		if o.Events == 0 {
-			o.Events = d.Events
-		}
-		if o.Rate == 0 {
-			o.Rate = d.Rate
-		}
-		if o.Faults.Kills < 0 {
-			o.Faults.Kills = d.Faults.Kills
-		}
+		d = chaos.Short()
 	}
+	o.Faults = d.Faults
+	if o.Events == 0 {
+		o.Events = d.Events
+	}
+	if o.Rate == 0 {
+		o.Rate = d.Rate
+	}
+	if kills >= 0 {
+		o.Faults.Kills = kills
+	}
+	o.RetryWindow = d.RetryWindow
 	if o.Events < 1 || o.Rate <= 0 {
 		return usageError("chaos: --events and --rate must be > 0")
 	}

@@ -184,9 +184,9 @@ func (r *run) run(ctx context.Context, res *Result) error {
 	if err := r.startPostgres(ctx); err != nil {
 		return err
 	}
-	var topics []string
+	var topics, dlqs []string
 	for _, s := range r.svcs {
-		topics = append(topics, s.Name)
+		topics, dlqs = append(topics, s.Name), append(dlqs, s.DLQ)
 	}
 	var err error
 	r.kc, r.bootstrap, err = startBroker(topicsOf(r.svcs))
@@ -212,7 +212,7 @@ func (r *run) run(ctx context.Context, res *Result) error {
 	for _, in := range r.instances {
 		instNames = append(instNames, in.name)
 	}
-	plan := planFaults(o.Seed, o.Faults, span, instNames, topics)
+	plan := planFaults(o.Seed, o.Faults, span, instNames, topics, dlqs)
 	r.say("producing takes %.0fs; %d faults meanwhile (times from the first event on):", span.Seconds(), len(plan))
 
 	// Produce, play the faults and provision what comes late, together.
@@ -523,6 +523,9 @@ func (r *run) play(ctx context.Context, f fault, bf *brokerFaults) {
 	case faultFetch:
 		r.say("%s", describe(f, at))
 		bf.failing(ctx, kmsg.Fetch, f.target, f.code, f.hold)
+	case faultDLQ:
+		r.say("%s", describe(f, at))
+		bf.failing(ctx, kmsg.Produce, f.target, f.code, f.hold)
 	case faultSlow:
 		r.say("%s", describe(f, at))
 		bf.slow(ctx, f.hold)

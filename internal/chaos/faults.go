@@ -23,7 +23,7 @@ type Faults struct {
 	Kills    int  // consumer processes killed with SIGKILL (and started again)
 	Crash    bool // one PostgreSQL crash (pg_ctl stop -m immediate) and restart
 	ReadOnly bool // one window in which every write is refused with 25006
-	Broker   bool // kfake: offset commits failing, fetch errors, a slow coordinator, leaders and coordinators moving, connections dropped
+	Broker   bool // kfake: offset commits failing, fetch errors, DLQ publishes refused, a slow coordinator, leaders and coordinators moving, connections dropped
 }
 
 // fault is one planned fault.
@@ -41,6 +41,7 @@ const (
 	faultReadOnly   = "read-only"
 	faultCommits    = "offset commits fail"
 	faultFetch      = "fetches fail"
+	faultDLQ        = "dead letters refused"
 	faultSlow       = "slow coordinator"
 	faultLeaders    = "partition leaders move"
 	faultCoordMoves = "group coordinators move"
@@ -49,8 +50,8 @@ const (
 
 // planFaults places the faults in the first span of the run (the time it
 // takes to produce the events), from seed. instances are the consumer
-// processes that may be killed, topics the source topics.
-func planFaults(seed uint64, f Faults, span time.Duration, instances, topics []string) []fault {
+// processes that may be killed, topics the source topics, dlqs their DLQs.
+func planFaults(seed uint64, f Faults, span time.Duration, instances, topics, dlqs []string) []fault {
 	rng := rand.New(rand.NewPCG(seed, 0xfa017))
 	at := func() time.Duration { return time.Duration((0.1 + 0.7*rng.Float64()) * float64(span)) }
 	between := func(lo, hi time.Duration) time.Duration { return lo + time.Duration(rng.Int64N(int64(hi-lo)+1)) }
@@ -74,6 +75,7 @@ func planFaults(seed uint64, f Faults, span time.Duration, instances, topics []s
 		out = append(out,
 			fault{at: at(), kind: faultCommits, hold: between(2*time.Second, 6*time.Second), code: commitErrs[rng.IntN(len(commitErrs))]},
 			fault{at: at(), kind: faultFetch, target: topics[rng.IntN(len(topics))], hold: between(2*time.Second, 5*time.Second), code: fetchErrs[rng.IntN(len(fetchErrs))]},
+			fault{at: at(), kind: faultDLQ, target: dlqs[rng.IntN(len(dlqs))], hold: between(2*time.Second, 5*time.Second), code: kerr.TopicAuthorizationFailed},
 			fault{at: at(), kind: faultSlow, hold: between(2*time.Second, 5*time.Second)},
 			fault{at: at(), kind: faultLeaders},
 			fault{at: at(), kind: faultCoordMoves},
