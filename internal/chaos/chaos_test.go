@@ -49,7 +49,7 @@ func TestShortRun(t *testing.T) {
 	o := Defaults()
 	o.Seed, o.Events, o.Rate = 3, 300, 30
 	o.Faults = Faults{Kills: 1, ReadOnly: true}
-	o.RetryWindow, o.Timeout = 5*time.Second, 3*time.Minute
+	o.RetryWindow, o.Timeout = 8*time.Second, 3*time.Minute
 	o.BinDir = consumerBinaries(t)
 	o.Out = logWriter{t}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
