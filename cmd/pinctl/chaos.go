@@ -4,9 +4,12 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
+	"time"
 
+	"github.com/pin-platform/consumers/consumers/demo"
 	"github.com/pin-platform/consumers/internal/chaos"
 )
 
@@ -75,8 +78,12 @@ func runChaos(ctx context.Context, args []string) error {
 		return usageError("chaos: --events and --rate must be > 0")
 	}
 	if only != "" {
-		for _, s := range strings.Split(only, ",") {
-			o.Services = append(o.Services, strings.TrimSpace(s))
+		for _, name := range strings.Split(only, ",") {
+			name = strings.TrimSpace(name)
+			if !slices.ContainsFunc(demo.Topics, func(t demo.Topic) bool { return t.Service == name }) {
+				return usageError(fmt.Sprintf("chaos: unknown service %q (rewards, messenger, crm)", name))
+			}
+			o.Services = append(o.Services, name)
 		}
 	}
 	var err error
@@ -98,7 +105,7 @@ func runChaos(ctx context.Context, args []string) error {
 		for _, p := range res.Problems {
 			fmt.Println("! " + p)
 		}
-		fmt.Printf("(%s", res.Took.Round(1e9))
+		fmt.Printf("(%s", res.Took.Round(time.Second))
 		if res.WorkDir != "" {
 			fmt.Printf("; work directory kept: %s", res.WorkDir)
 		}

@@ -77,8 +77,11 @@ type Result struct {
 }
 
 // OK reports a run where every service matched its model and nothing else
-// went wrong.
+// went wrong. A run that Run ended with an error is not OK either.
 func (r *Result) OK() bool {
+	if len(r.Services) == 0 {
+		return false
+	}
 	for _, t := range r.Services {
 		if !t.OK() {
 			return false
@@ -164,11 +167,7 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	r.mu.Lock()
 	res.Problems = append(res.Problems, r.problems...)
 	r.mu.Unlock()
-	if err != nil {
-		res.Problems = append(res.Problems, err.Error())
-		return res, err
-	}
-	return res, nil
+	return res, err
 }
 
 func (r *run) run(ctx context.Context, res *Result) error {
