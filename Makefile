@@ -9,7 +9,7 @@ GOLANGCI  := $(GO) tool -modfile=tools/go.mod golangci-lint
 # there are cores.
 TESTFLAGS ?= -count=1 -parallel 8 -timeout 20m
 
-.PHONY: all build run test generate generate-check migrate-diff migrate-lint migrate-plan lint bench clean clean-data
+.PHONY: all build run test generate generate-check migrate-diff migrate-lint migrate-plan lint bench chaos clean clean-data
 
 all: build
 
@@ -23,11 +23,12 @@ run: build
 
 ## test: every test. One PostgreSQL serves the whole run: the one at
 ## DATABASE_URL when set, else a throwaway server pinctl starts and stops.
+## Tests that run the consumer binaries take them from the bin/ just built.
 test: build
 ifdef DATABASE_URL
-	$(GO) test $(TESTFLAGS) ./...
+	PIN_CONSUMERS_BIN=$(CURDIR)/$(BIN) $(GO) test $(TESTFLAGS) ./...
 else
-	$(BIN)/pinctl pg exec -- $(GO) test $(TESTFLAGS) ./...
+	PIN_CONSUMERS_BIN=$(CURDIR)/$(BIN) $(BIN)/pinctl pg exec -- $(GO) test $(TESTFLAGS) ./...
 endif
 
 ## generate: the ent client from schema/.
@@ -70,6 +71,11 @@ lint:
 ## ARGS="--events 10000 --only rewards"); see bench/README.md.
 bench: build
 	$(BIN)/pinctl bench $(ARGS)
+
+## chaos: the consumers under faults, checked against a model of the events
+## (ARGS="--seed 7", ARGS="--short", ARGS="--events 100000"); see README.md.
+chaos: build
+	$(BIN)/pinctl chaos $(ARGS)
 
 clean:
 	rm -rf $(BIN)

@@ -49,8 +49,17 @@ type Event struct {
 	Note      string // what it demonstrates
 }
 
-// envelope builds the JSON envelope of CONTRACT.md §4.
-func envelope(id uuid.UUID, eventType, aggregateType string, aggregateID uuid.UUID, at time.Time, payload any) []byte {
+// Event types of CONTRACT.md §4.
+const (
+	EventBondCreated             = "pin.referral.bond-created"
+	EventBondClosed              = "pin.referral.bond-closed"
+	EventLeadParticipantsChanged = "pin.crm.lead-participants-changed"
+	EventSelectionShared         = "pin.selections.selection-shared"
+)
+
+// Envelope builds the JSON envelope of CONTRACT.md §4 (ContractVersion 1)
+// of message id around payload.
+func Envelope(id uuid.UUID, eventType, aggregateType string, aggregateID uuid.UUID, at time.Time, payload any) []byte {
 	b, err := json.Marshal(map[string]any{
 		"MessageId":       id,
 		"EventType":       eventType,
@@ -66,31 +75,71 @@ func envelope(id uuid.UUID, eventType, aggregateType string, aggregateID uuid.UU
 	return b
 }
 
+// BondCreatedPayload is the payload of a pin.referral.bond-created.
+func BondCreatedPayload(bond, referred, referrer uuid.UUID, version int64, boundAt time.Time) map[string]any {
+	return map[string]any{
+		"BondId": bond, "ReferredUserId": referred, "ReferrerUserId": referrer,
+		"BoundAt": boundAt.UTC().Format(time.RFC3339Nano), "Version": version,
+		"Channel": "Link", "ReferralLinkId": uuid.New(),
+	}
+}
+
+// BondClosedPayload is the payload of a pin.referral.bond-closed.
+func BondClosedPayload(bond, referred uuid.UUID, status string, version int64) map[string]any {
+	return map[string]any{"BondId": bond, "ReferredUserId": referred, "Status": status, "Version": version}
+}
+
+// LeadParticipantsPayload is the payload of a
+// pin.crm.lead-participants-changed: the target set, the delta, the
+// version and when it changed.
+func LeadParticipantsPayload(lead uuid.UUID, version int64, active []Participant, delta []Change, at time.Time) map[string]any {
+	act := make([]map[string]any, len(active))
+	for i, p := range active {
+		act[i] = map[string]any{"UserId": p.UserID, "Role": p.Role}
+	}
+	del := make([]map[string]any, len(delta))
+	for i, c := range delta {
+		m := map[string]any{"UserId": c.UserID, "ChangeType": c.ChangeType, "Role": c.Role}
+		if c.PreviousRole != "" {
+			m["PreviousRole"] = c.PreviousRole
+		}
+		del[i] = m
+	}
+	return map[string]any{
+		"LeadId": lead, "ActiveParticipants": act, "Participants": del, "Version": version,
+		"ChangedAt": at.UTC().Format(time.RFC3339Nano),
+	}
+}
+
+// SelectionSharedPayload is the payload of a pin.selections.selection-shared.
+func SelectionSharedPayload(selection, agent, investor uuid.UUID, action, title string, objects int, at time.Time) map[string]any {
+	return map[string]any{
+		"SelectionId": selection, "SelectionTitle": title, "PropertyObjectsCount": objects,
+		"Action": action, "AgentUserId": agent, "InvestorUserId": investor,
+		"OccurredAt": at.UTC().Format(time.RFC3339Nano),
+	}
+}
+
 // BondCreated is a pin.referral.bond-created event.
 func BondCreated(bond, referred, referrer uuid.UUID, version int64, at time.Time) Event {
 	id := uuid.New()
 	return Event{
 		Topic: RewardsTopic, Key: []byte(referred.String()), MessageID: id,
-		Value: envelope(id, "pin.referral.bond-created", "ReferralBond", bond, at, map[string]any{
-			"BondId": bond, "ReferredUserId": referred, "ReferrerUserId": referrer,
-			"BoundAt": at.UTC().Format(time.RFC3339), "Version": version,
-			"Channel": "Link", "ReferralLinkId": uuid.New(),
-		}),
+		Value: Envelope(id, EventBondCreated, "ReferralBond", bond, at, BondCreatedPayload(bond, referred, referrer, version, at)),
 	}
 }
 
-// BondClosed is a pin.referral.bond-closed event.
-// A Replaced bond names the bond that replaced it (replacedBy; uuid.Nil
-// leaves the member out).
+// BondClosed is a pin.referral.bond-closed event. A Replaced bond names
+// the bond that replaced it (replacedBy; uuid.Nil leaves the member out).
 func BondClosed(bond, referred uuid.UUID, status string, replacedBy uuid.UUID, version int64, at time.Time) Event {
 	id := uuid.New()
-	p := map[string]any{"BondId": bond, "ReferredUserId": referred, "Status": status, "Version": version}
+	p := BondClosedPayload(bond, referred, status, version)
 	if replacedBy != uuid.Nil {
 		p["ReplacedByBondId"] = replacedBy
 	}
 	return Event{
 		Topic: RewardsTopic, Key: []byte(referred.String()), MessageID: id,
-		Value: envelope(id, "pin.referral.bond-closed", "ReferralBond", bond, at, p),
+		Value: Envelope(id, EventBondClosed, "ReferralBond", bond, at, p),
 	}
 }
 
@@ -111,24 +160,9 @@ type Change struct {
 // LeadParticipantsChanged is a pin.crm.lead-participants-changed event.
 func LeadParticipantsChanged(lead uuid.UUID, version int64, active []Participant, delta []Change, at time.Time) Event {
 	id := uuid.New()
-	act := make([]map[string]any, len(active))
-	for i, p := range active {
-		act[i] = map[string]any{"UserId": p.UserID, "Role": p.Role}
-	}
-	del := make([]map[string]any, len(delta))
-	for i, c := range delta {
-		m := map[string]any{"UserId": c.UserID, "ChangeType": c.ChangeType, "Role": c.Role}
-		if c.PreviousRole != "" {
-			m["PreviousRole"] = c.PreviousRole
-		}
-		del[i] = m
-	}
 	return Event{
 		Topic: MessengerTopic, Key: []byte(lead.String()), MessageID: id,
-		Value: envelope(id, "pin.crm.lead-participants-changed", "Lead", lead, at, map[string]any{
-			"LeadId": lead, "ActiveParticipants": act, "Participants": del, "Version": version,
-			"ChangedAt": at.UTC().Format(time.RFC3339Nano),
-		}),
+		Value: Envelope(id, EventLeadParticipantsChanged, "Lead", lead, at, LeadParticipantsPayload(lead, version, active, delta, at)),
 	}
 }
 
@@ -137,11 +171,7 @@ func SelectionShared(selection, agent, investor uuid.UUID, action, title string,
 	id := uuid.New()
 	return Event{
 		Topic: CRMTopic, Key: []byte(selection.String()), MessageID: id,
-		Value: envelope(id, "pin.selections.selection-shared", "Selection", selection, at, map[string]any{
-			"SelectionId": selection, "SelectionTitle": title, "PropertyObjectsCount": objects,
-			"Action": action, "AgentUserId": agent, "InvestorUserId": investor,
-			"OccurredAt": at.UTC().Format(time.RFC3339Nano),
-		}),
+		Value: Envelope(id, EventSelectionShared, "Selection", selection, at, SelectionSharedPayload(selection, agent, investor, action, title, objects, at)),
 	}
 }
 

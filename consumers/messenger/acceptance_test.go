@@ -486,8 +486,9 @@ func TestAC10_ChatNotProvisionedIsRetriedThenAppliedOrDeadLettered(t *testing.T)
 	})
 }
 
-// AC11: empty or broken ActiveParticipants → MSG_LEAD_PARTICIPANTS_INVALID
-// in the DLQ, at the first attempt, with the original message and headers.
+// AC11: empty or broken ActiveParticipants (or a delta missing, null or
+// with an entry without UserId) → MSG_LEAD_PARTICIPANTS_INVALID in the DLQ,
+// at the first attempt, with the original message and headers.
 func TestAC11_InvalidActiveParticipantsGoToDLQ(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, consumertest.Options{})
@@ -507,6 +508,11 @@ func TestAC11_InvalidActiveParticipantsGoToDLQ(t *testing.T) {
 		"member without Role": func(p map[string]any) { p["ActiveParticipants"] = []any{map[string]any{"UserId": a}} },
 		"one user, two roles": func(p map[string]any) {
 			p["ActiveParticipants"] = []any{map[string]any{"UserId": a, "Role": "Executor"}, map[string]any{"UserId": a, "Role": "Lawyer"}}
+		},
+		"Participants missing": func(p map[string]any) { delete(p, "Participants") },
+		"Participants null":    func(p map[string]any) { p["Participants"] = nil },
+		"delta entry without UserId": func(p map[string]any) {
+			p["Participants"] = []any{map[string]any{"ChangeType": "Added", "Role": "Lawyer"}}
 		},
 		"Version 0":             func(p map[string]any) { p["Version"] = 0 },
 		"LeadId missing":        func(p map[string]any) { delete(p, "LeadId") },

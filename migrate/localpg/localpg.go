@@ -14,6 +14,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/url"
 	"os"
 	"os/exec"
 	"os/user"
@@ -138,6 +139,12 @@ func Start(ctx context.Context, dir string, opts Options) (*Server, error) {
 // URL is the server's connection URL for database db.
 func (s *Server) URL(db string) string {
 	return fmt.Sprintf("postgres://postgres@127.0.0.1:%d/%s?sslmode=disable", s.port, db)
+}
+
+// URLAs is the URL of database db for user (the server trusts local
+// connections: no password).
+func (s *Server) URLAs(user, db string) string {
+	return fmt.Sprintf("postgres://%s@127.0.0.1:%d/%s?sslmode=disable", url.PathEscape(user), s.port, db)
 }
 
 // Port is the server's TCP port.

@@ -1,0 +1,79 @@
+package chaos
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// consumerBinaries returns a directory with the three consumer binaries:
+// $PIN_CONSUMERS_BIN (make test sets it to the bin/ it just built), else
+// the current source built into a temporary directory.
+func consumerBinaries(t *testing.T) string {
+	t.Helper()
+	if dir := os.Getenv("PIN_CONSUMERS_BIN"); dir != "" {
+		return dir
+	}
+	out, err := exec.Command("go", "env", "GOMOD").Output()
+	if err != nil {
+		t.Fatalf("go env GOMOD: %v", err)
+	}
+	root := filepath.Dir(strings.TrimSpace(string(out)))
+	dir := t.TempDir()
+	cmd := exec.Command("go", "build", "-o", dir+string(filepath.Separator),
+		"./cmd/messenger-consumers", "./cmd/rewards-consumers", "./cmd/crm-consumers")
+	cmd.Dir = root
+	if b, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("build the consumers: %v\n%s", err, b)
+	}
+	return dir
+}
+
+// logWriter sends a run's progress lines to the test log.
+type logWriter struct{ t *testing.T }
+
+func (w logWriter) Write(b []byte) (int, error) {
+	w.t.Log(strings.TrimRight(string(b), "\n"))
+	return len(b), nil
+}
+
+// TestShortRun is `make chaos` in small: a few hundred events per
+// consumer, two instances per group, one of them killed, one read-only
+// window; every consumer's database must match the model with every
+// poison message in the DLQ.
+func TestShortRun(t *testing.T) {
+	o := Defaults()
+	o.Seed, o.Events, o.Rate = 3, 300, 30
+	o.Faults = Faults{Kills: 1, ReadOnly: true}
+	o.RetryWindow, o.Timeout = 8*time.Second, 3*time.Minute
+	o.BinDir = consumerBinaries(t)
+	o.Out = logWriter{t}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	res, err := Run(ctx, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.WorkDir != "" { // a run that is not OK keeps it: the notes below say what is off
+		t.Cleanup(func() { os.RemoveAll(res.WorkDir) })
+	}
+	if len(res.Services) != 3 {
+		t.Fatalf("%d services checked, want 3", len(res.Services))
+	}
+	for _, s := range res.Services {
+		t.Log(s.Line())
+		if !s.OK() {
+			t.Errorf("%s\n    %s", s.Line(), strings.Join(s.Notes(), "\n    "))
+		}
+		if s.poison == 0 || s.events != o.Events {
+			t.Errorf("%s: want %d events with poison among them", s.Line(), o.Events)
+		}
+	}
+	for _, p := range res.Problems {
+		t.Error(p)
+	}
+}
