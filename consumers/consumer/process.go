@@ -557,10 +557,20 @@ func (r *Runtime) finish(it *item, err error) {
 	if c, ok := CodeOf(err); ok {
 		ev = ev.Str("code", c.Name)
 	}
-	if it.st != nil {
+	switch {
+	case it.st != nil && len(it.st.fields) > 0:
 		for _, f := range it.st.fields {
 			f(ev)
 		}
+	case it.msg != nil && it.routed && r.svc.Describe != nil:
+		// Its handler did not run (a duplicate caught by its mark, a
+		// message refused before it) or said nothing: the spec's fields
+		// from the payload, and the database where they live there.
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		if f := r.svc.Describe(ctx, r.client, it.msg); f != nil {
+			f(ev)
+		}
+		cancel()
 	}
 	ev.Str("outcome", string(it.outcome)).Int("attempts", it.attempts).
 		Float64("duration_ms", float64(d)/float64(time.Millisecond)).Msg(string(it.outcome))

@@ -4,6 +4,8 @@ import (
 	"context"
 	"time"
 
+	"github.com/rs/zerolog"
+
 	"github.com/pin-platform/consumers/ent"
 )
 
@@ -55,6 +57,13 @@ type Service struct {
 	// handlers report them. An error rolls the batch back and replays it one
 	// message at a time, without Prepare: handlers must work without it.
 	Prepare func(ctx context.Context, tx *ent.Tx, msgs []*Message) (context.Context, error)
+
+	// Describe, when set, gives the fields the spec's log lines carry for a
+	// message whose handler did not run or registered none (a duplicate
+	// caught by its mark, a message refused before its handler): from its
+	// payload, and from the database where the spec's fields live there.
+	// A field it cannot read is left out; it never fails.
+	Describe func(ctx context.Context, client *ent.Client, m *Message) func(*zerolog.Event)
 
 	Metrics SpecMetrics
 }

@@ -64,7 +64,7 @@ func (h *harness) start(scale float64, group string) *consumertest.Running {
 	if testing.Verbose() {
 		w = io.MultiWriter(h.logs, zerolog.ConsoleWriter{Out: os.Stderr, NoColor: true})
 	}
-	log := zerolog.New(w).Level(zerolog.DebugLevel).With().Timestamp().Logger()
+	log := zerolog.New(w).Level(zerolog.InfoLevel).With().Timestamp().Logger()
 	build := func(reg prometheus.Registerer) consumer.Service {
 		svc := Options{Publisher: h.pub.publish}.New(reg)
 		if h.optimistic {

@@ -107,6 +107,7 @@ func (o Options) New(reg prometheus.Registerer) consumer.Service {
 		},
 		RetryNow: 3,
 		Prepare:  prepare,
+		Describe: describe,
 		// Not Blocking: the feed is append-only and idempotent, so an event
 		// waiting for its lead is parked and must not stall its partition.
 		Blocking: false,

@@ -75,6 +75,7 @@ func NewScenario(now time.Time) *Scenario {
 		BondCreated(s.bondB, s.referred1, uuid.New(), 1, t(3)).With("rebind: bond B created for referred user 1"),
 		BondCreated(s.bondC, s.referred2, referrer, 1, t(3)).With("bond C created for referred user 2"),
 		BondClosed(s.bondC, s.referred2, "revoked", uuid.Nil, 2, t(4)).With("bond C revoked (enum matched case-insensitively)"),
+		BondClosed(s.bondC, s.referred2, "Revoked", uuid.Nil, 3, t(5)).With("bond C closed again, a newer Version → skipped-already-closed"),
 		poisonBond,
 		BondClosed(uuid.New(), s.referred2, "Revoked", uuid.Nil, 3, t(6)).With("poison: closed for an unknown bond → 3 re-reads → REWARDS_BOND_EVENT_ORPHAN_CLOSED"),
 	}
@@ -90,10 +91,12 @@ func NewScenario(now time.Time) *Scenario {
 	stale := v3
 	stale.MessageID = uuid.New()
 	stale.Value = []byte(strings.Replace(string(v3.Value), v3.MessageID.String(), stale.MessageID.String(), 1))
+	joined := LeadParticipantsChanged(s.lead1, 1, []Participant{exec, inv},
+		[]Change{{s.agent1, "Added", "Executor", ""}, {s.investor1, "Added", "InvestorPrimary", ""}}, t(0)).
+		With("lead 1: executor and investor join")
 	messenger := []Event{
-		LeadParticipantsChanged(s.lead1, 1, []Participant{exec, inv},
-			[]Change{{s.agent1, "Added", "Executor", ""}, {s.investor1, "Added", "InvestorPrimary", ""}}, t(0)).
-			With("lead 1: executor and investor join"),
+		joined,
+		joined.Again("the same message again → skipped-duplicate"),
 		LeadParticipantsChanged(s.lead1, 2, []Participant{exec, inv, co},
 			[]Change{{s.agent2, "Added", "CoAgent", ""}}, t(1)).With("lead 1: a co-agent joins"),
 		v3.With("lead 1: the co-agent becomes an assistant"),

@@ -38,8 +38,8 @@ func (h *handler) handle(ctx context.Context, tx *ent.Tx, m *consumer.Message) (
 	consumer.LogFields(ctx, func(e *zerolog.Event) {
 		e.Str("LeadId", s.LeadID.String()).Int64("Version", s.Version)
 	})
-	log.Info().Str("LeadId", s.LeadID.String()).Int64("Version", s.Version).
-		Int("participants", len(s.Target)).Msg("consumed")
+	log.Debug().Str("LeadId", s.LeadID.String()).Int64("Version", s.Version).
+		Int("participants", len(s.Target)).Msg("consumed") // the outcome line carries these at the default level
 	for _, u := range s.UnknownRoles {
 		log.Warn().Str("LeadId", s.LeadID.String()).Str("UserId", u.UserID.String()).Str("Role", u.Role).
 			Msg("unknown role: stored as it came (Guest bucket for access)")

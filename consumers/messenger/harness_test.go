@@ -51,7 +51,7 @@ func newEnv(t *testing.T, o consumertest.Options) *env {
 	if testing.Verbose() {
 		w = io.MultiWriter(e.logs, zerolog.ConsoleWriter{Out: os.Stderr, NoColor: true})
 	}
-	lg := zerolog.New(w).Level(zerolog.DebugLevel).With().Timestamp().Str("test", t.Name()).Logger()
+	lg := zerolog.New(w).Level(zerolog.InfoLevel).With().Timestamp().Str("test", t.Name()).Logger()
 	o.Logger = &lg
 	e.run = consumertest.Start(t, e.kc.Bootstrap, e.url, New, o)
 	return e

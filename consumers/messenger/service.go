@@ -66,6 +66,7 @@ func New(reg prometheus.Registerer) consumer.Service {
 		},
 		RetryNow: 3,
 		Prepare:  prepare,
+		Describe: describe,
 		// Not blocking: each payload is a self-sufficient snapshot guarded
 		// by Version, so a message waiting for its chat may be applied out
 		// of line (a later one for the same lead then wins and the waiting

@@ -312,9 +312,15 @@ func (l *bondLog) setRow(r *ent.ReferralBondReplica) {
 func (l *bondLog) setApplied(s Status) { l.status = string(s) }
 
 func (l *bondLog) fields(e *zerolog.Event) {
-	e.Str("BondId", l.bondID.String()).
-		Str("ReferredUserId", l.referredUserID.String()).
-		Int64("Version", l.version)
+	if l.bondID != uuid.Nil { // a payload without it: dead-lettered, left out
+		e.Str("BondId", l.bondID.String())
+	}
+	if l.referredUserID != uuid.Nil {
+		e.Str("ReferredUserId", l.referredUserID.String())
+	}
+	if l.version != 0 {
+		e.Int64("Version", l.version)
+	}
 	if l.replicaVersion != nil {
 		e.Int64("ReplicaVersion", *l.replicaVersion)
 	}

@@ -76,6 +76,7 @@ func New(reg prometheus.Registerer) consumer.Service {
 		},
 		RetryNow: 3,
 		Prepare:  prepare,
+		Describe: describe,
 		// Per-key order matters (closed before created on a rebind): no
 		// message may overtake another of its partition.
 		Blocking: true,
