@@ -20,9 +20,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/pin-platform/consumers/consumers/consumer"
-	"github.com/pin-platform/consumers/consumers/crm"
-	"github.com/pin-platform/consumers/consumers/messenger"
-	"github.com/pin-platform/consumers/consumers/rewards"
+	"github.com/pin-platform/consumers/consumers/roster"
 	"github.com/pin-platform/consumers/ent"
 )
 
@@ -37,11 +35,13 @@ type family struct {
 
 // services are the builders of the three consumers, as their main
 // packages pass them to consumer.Main.
-var services = map[string]func(prometheus.Registerer) consumer.Service{
-	"messenger": messenger.New,
-	"rewards":   rewards.New,
-	"crm":       crm.New,
-}
+var services = func() map[string]func(prometheus.Registerer) consumer.Service {
+	m := map[string]func(prometheus.Registerer) consumer.Service{}
+	for _, s := range roster.All {
+		m[s.Name] = s.New
+	}
+	return m
+}()
 
 // exported returns every family the three consumer processes export, by
 // name: each service is built on a fresh registry holding what
@@ -303,10 +303,12 @@ func knownValues() map[string][]string {
 	for name := range services {
 		svcs = append(svcs, name)
 	}
-	codes := []string{consumer.EnvelopeInvalid.Name,
-		messenger.CodeInvalid.Name, messenger.CodeChatNotProvisioned.Name, messenger.CodeConcurrentUpdate.Name,
-		rewards.CodeInvalid.Name, rewards.CodeActiveConflict.Name, rewards.CodeOrphanClosed.Name,
-		crm.CodeEventInvalid.Name, crm.CodeUnknownAction.Name, crm.CodeLeadNotFound.Name, crm.CodeLeadNotActive.Name, crm.CodeConcurrentUpdate.Name}
+	codes := []string{consumer.EnvelopeInvalid.Name, consumer.ProcessingFailed.Name}
+	for _, s := range roster.All {
+		for _, c := range s.New(prometheus.NewRegistry()).Codes {
+			codes = append(codes, c.Name)
+		}
+	}
 	var classes []string
 	for _, c := range []consumer.Class{consumer.Invalid, consumer.RetryNow, consumer.RetryLater, consumer.Infrastructure} {
 		classes = append(classes, c.String())

@@ -20,9 +20,6 @@ import (
 // create the service roles and set their session defaults.
 const OwnerRole = "pin_owner"
 
-// Services are the services that have a group role (the migration's list).
-var Services = []string{"messenger", "rewards", "crm"}
-
 // ServiceRole is the group role of a service ("messenger" → "pin_messenger").
 func ServiceRole(service string) string { return "pin_" + service }
 

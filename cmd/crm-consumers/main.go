@@ -11,12 +11,12 @@ import (
 	"syscall"
 
 	"github.com/pin-platform/consumers/consumers/consumer"
-	"github.com/pin-platform/consumers/consumers/crm"
+	"github.com/pin-platform/consumers/consumers/roster"
 )
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	code := consumer.Main(ctx, os.Environ(), os.Stderr, ":9092", crm.New)
+	code := consumer.Main(ctx, os.Environ(), os.Stderr, roster.CRM.Addr(), roster.CRM.New)
 	stop()
 	os.Exit(code)
 }

@@ -11,12 +11,12 @@ import (
 	"syscall"
 
 	"github.com/pin-platform/consumers/consumers/consumer"
-	"github.com/pin-platform/consumers/consumers/messenger"
+	"github.com/pin-platform/consumers/consumers/roster"
 )
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	code := consumer.Main(ctx, os.Environ(), os.Stderr, ":9090", messenger.New)
+	code := consumer.Main(ctx, os.Environ(), os.Stderr, roster.Messenger.Addr(), roster.Messenger.New)
 	stop()
 	os.Exit(code)
 }

@@ -615,7 +615,7 @@ func (b *bench) startConsumer(service, logPath string) (*proc, time.Time, error)
 	if err != nil {
 		return nil, time.Time{}, err
 	}
-	addr := freeAddr(defaultPorts[service])
+	addr := freeAddr(defaultPort(service))
 	cmd := exec.Command(filepath.Join(b.bin, service+"-consumers"))
 	cmd.Env = append(slices.Clone(b.childEnv), "HTTP_ADDR="+addr, "DATABASE_URL="+withUser(b.dbURL, migrate.ServiceLogin(service)))
 	cmd.Stdout, cmd.Stderr = logf, logf

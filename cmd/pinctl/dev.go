@@ -25,6 +25,7 @@ import (
 	"github.com/lib/pq"
 
 	"github.com/pin-platform/consumers/consumers/demo"
+	"github.com/pin-platform/consumers/consumers/roster"
 	"github.com/pin-platform/consumers/migrate"
 	"github.com/pin-platform/consumers/migrate/localpg"
 )
@@ -295,7 +296,8 @@ func ensureLogins(ctx context.Context, adminURL string) error {
 		return err
 	}
 	defer admin.Close()
-	for _, svc := range migrate.Services {
+	for _, s := range roster.All {
+		svc := s.Name
 		if err := migrate.EnsureLogin(ctx, admin, migrate.ServiceLogin(svc), "", migrate.ServiceRole(svc)); err != nil {
 			return err
 		}
@@ -344,12 +346,16 @@ type proc struct {
 	code    int
 }
 
-var defaultPorts = map[string]int{"messenger": 9090, "rewards": 9091, "crm": 9092}
+// defaultPort is a service's default HTTP port (the roster's).
+func defaultPort(service string) int {
+	s, _ := roster.Named(service)
+	return s.Port
+}
 
 func (d *dev) startConsumers(ctx context.Context, bin string) ([]*proc, error) {
 	var procs []*proc
 	for _, t := range demo.Topics {
-		addr := freeAddr(defaultPorts[t.Service])
+		addr := freeAddr(defaultPort(t.Service))
 		cmd := exec.Command(filepath.Join(bin, t.Service+"-consumers"))
 		cmd.Env = append(os.Environ(),
 			"KAFKA_BOOTSTRAP_SERVERS="+d.brokers,

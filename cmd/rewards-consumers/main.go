@@ -10,12 +10,12 @@ import (
 	"syscall"
 
 	"github.com/pin-platform/consumers/consumers/consumer"
-	"github.com/pin-platform/consumers/consumers/rewards"
+	"github.com/pin-platform/consumers/consumers/roster"
 )
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	code := consumer.Main(ctx, os.Environ(), os.Stderr, ":9091", rewards.New)
+	code := consumer.Main(ctx, os.Environ(), os.Stderr, roster.Rewards.Addr(), roster.Rewards.New)
 	stop()
 	os.Exit(code)
 }

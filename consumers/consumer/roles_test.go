@@ -7,7 +7,7 @@ import (
 
 	"github.com/pin-platform/consumers/consumers/consumer"
 	"github.com/pin-platform/consumers/consumers/consumer/consumertest"
-	"github.com/pin-platform/consumers/migrate"
+	"github.com/pin-platform/consumers/consumers/roster"
 	"github.com/pin-platform/consumers/migrate/pgtest"
 )
 
@@ -65,7 +65,8 @@ func TestEachServiceRoleWritesItsOwnAndNothingElse(t *testing.T) {
 	if _, err := admin.Exec(`INSERT INTO leads (id, tenant_id, executor_agent_user_id, primary_investor_user_id, status) VALUES ($1, gen_random_uuid(), gen_random_uuid(), gen_random_uuid(), 'Active')`, parent); err != nil {
 		t.Fatal(err)
 	}
-	for _, svc := range migrate.Services {
+	for _, s := range roster.All {
+		svc := s.Name
 		t.Run(svc, func(t *testing.T) {
 			db := openDB(t, pgtest.ServiceURL(t, dbURL, svc))
 			mark := func(topic string) error {

@@ -9,19 +9,21 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+
+	"github.com/pin-platform/consumers/consumers/roster"
 )
 
-// Topics, groups and DLQs of CONTRACT.md §3.
-const (
-	MessengerTopic = "pin.crm.lead-participants-changed.v1"
-	MessengerDLQ   = "pin.messenger.lead-participants-changed-dlq.v1"
-	MessengerGroup = "messenger-lead-participants-changed"
-	RewardsTopic   = "pin.referral.bonds.v1"
-	RewardsDLQ     = "pin.rewards.referral-bonds-dlq.v1"
-	RewardsGroup   = "pin-rewards-referral-bonds"
-	CRMTopic       = "pin.selections.selection-shared.v1"
-	CRMDLQ         = "pin.crm.selections-dlq.v1"
-	CRMGroup       = "crm-selections"
+// The three services' topics, DLQs and groups (from the roster).
+var (
+	MessengerTopic = roster.Messenger.Topic
+	MessengerDLQ   = roster.Messenger.DLQTopic
+	MessengerGroup = roster.Messenger.Group
+	RewardsTopic   = roster.Rewards.Topic
+	RewardsDLQ     = roster.Rewards.DLQTopic
+	RewardsGroup   = roster.Rewards.Group
+	CRMTopic       = roster.CRM.Topic
+	CRMDLQ         = roster.CRM.DLQTopic
+	CRMGroup       = roster.CRM.Group
 )
 
 // Topic is a source topic with its DLQ, group and partition count.
@@ -33,12 +35,14 @@ type Topic struct {
 	Partitions int
 }
 
-// Topics lists the three services' topics.
-var Topics = []Topic{
-	{"messenger", MessengerTopic, MessengerDLQ, MessengerGroup, 3},
-	{"rewards", RewardsTopic, RewardsDLQ, RewardsGroup, 6},
-	{"crm", CRMTopic, CRMDLQ, CRMGroup, 6},
-}
+// Topics lists the services' topics, in the roster's order.
+var Topics = func() []Topic {
+	out := make([]Topic, len(roster.All))
+	for i, s := range roster.All {
+		out[i] = Topic{s.Name, s.Topic, s.DLQTopic, s.Group, s.Partitions}
+	}
+	return out
+}()
 
 // Event is one message to produce.
 type Event struct {

@@ -21,6 +21,7 @@ import (
 
 	"github.com/pin-platform/consumers/consumers/consumer"
 	"github.com/pin-platform/consumers/consumers/demo"
+	"github.com/pin-platform/consumers/consumers/roster"
 	"github.com/pin-platform/consumers/migrate"
 	"github.com/pin-platform/consumers/migrate/localpg"
 )
@@ -329,7 +330,8 @@ func (r *run) startPostgres(ctx context.Context) error {
 	if _, err := migrate.Apply(ctx, r.pg.URLAs(migrate.OwnerRole, database), dir); err != nil {
 		return err
 	}
-	for _, svc := range migrate.Services {
+	for _, s := range roster.All {
+		svc := s.Name
 		if err := migrate.EnsureLogin(ctx, admin, migrate.ServiceLogin(svc), "", migrate.ServiceRole(svc)); err != nil {
 			return err
 		}

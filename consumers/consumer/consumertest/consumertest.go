@@ -5,8 +5,8 @@ package consumertest
 
 import (
 	"context"
+	"database/sql"
 	"os"
-	"slices"
 	"testing"
 	"time"
 
@@ -38,8 +38,8 @@ type Options struct {
 	// SchemaVersion is the schema gate's migration; "": the newest
 	// embedded one (migrate.Latest), as the binaries run.
 	SchemaVersion string
-	// AsOwner runs a service that has a database role (migrate.Services)
-	// with dbURL's own user instead of the service's login.
+	// AsOwner runs a service that has a database role (pin_<name>) with
+	// dbURL's own user instead of the service's login.
 	AsOwner bool
 	// SchemaRecheck is CONSUMER_SCHEMA_RECHECK; 0: 100 ms.
 	SchemaRecheck time.Duration
@@ -113,7 +113,7 @@ func Start(t testing.TB, brokers, dbURL string, build func(prometheus.Registerer
 	}
 	reg := prometheus.NewRegistry()
 	svc := build(reg)
-	if slices.Contains(migrate.Services, svc.Name) && !o.AsOwner {
+	if !o.AsOwner && hasRole(t, dbURL, migrate.ServiceRole(svc.Name)) {
 		dbURL = pgtest.ServiceURL(t, dbURL, svc.Name) // as in production: the service's own role
 	}
 	db, err := consumer.OpenDB(dbURL, consumer.DBOptions{StatementCache: consumer.DefaultStatementCache,
@@ -197,4 +197,20 @@ func (r *Running) Counter(name string, labels map[string]string) float64 {
 		}
 	}
 	return sum
+}
+
+// hasRole reports whether the server of dbURL has role (the migrations
+// create one per service of the roster; a test's own service has none).
+func hasRole(t testing.TB, dbURL, role string) bool {
+	t.Helper()
+	db, err := sql.Open("postgres", dbURL)
+	if err != nil {
+		t.Fatalf("consumertest: %v", err)
+	}
+	defer db.Close()
+	var ok bool
+	if err := db.QueryRow(`SELECT EXISTS (SELECT FROM pg_roles WHERE rolname = $1)`, role).Scan(&ok); err != nil {
+		t.Fatalf("consumertest: %v", err)
+	}
+	return ok
 }

@@ -13,17 +13,13 @@ import (
 	"time"
 
 	"github.com/confluentinc/confluent-kafka-go/v2/kafka"
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/pin-platform/consumers/consumers/consumer"
 	"github.com/pin-platform/consumers/consumers/consumer/consumertest"
-	"github.com/pin-platform/consumers/consumers/crm"
 	"github.com/pin-platform/consumers/consumers/demo"
 	"github.com/pin-platform/consumers/consumers/kafkatest"
-	"github.com/pin-platform/consumers/consumers/messenger"
-	"github.com/pin-platform/consumers/consumers/rewards"
+	"github.com/pin-platform/consumers/consumers/roster"
 )
 
 // RetryTimeScale is the consumers' RETRY_TIME_SCALE, as in `make run`:
@@ -33,13 +29,6 @@ const RetryTimeScale = 0.1
 
 // Settle bounds every wait of a run.
 const Settle = 2 * time.Minute
-
-// Builders are the three services, in demo.Topics' order.
-var Builders = map[string]func(prometheus.Registerer) consumer.Service{
-	"messenger": messenger.New,
-	"rewards":   rewards.New,
-	"crm":       crm.New,
-}
 
 // Options tune a run.
 type Options struct {
@@ -76,7 +65,8 @@ func Start(t *testing.T, cl *kafkatest.Cluster, url string, o Options) *Run {
 		buf := &consumertest.LogBuffer{}
 		log := zerolog.New(buf).Level(o.Level).With().Timestamp().Logger()
 		r.Logs[tp.Service] = buf
-		r.Runs[tp.Service] = consumertest.Start(t, cl.Bootstrap, url, Builders[tp.Service], consumertest.Options{
+		svc, _ := roster.Named(tp.Service)
+		r.Runs[tp.Service] = consumertest.Start(t, cl.Bootstrap, url, svc.New, consumertest.Options{
 			RetryTimeScale: RetryTimeScale,
 			Logger:         &log,
 			TracerProvider: o.TracerProvider,
