@@ -10,17 +10,34 @@
 DO $$
 DECLARE
   r text;
+  s text;
+  attempt int;
 BEGIN
   FOREACH r IN ARRAY ARRAY['pin_messenger', 'pin_rewards', 'pin_crm'] LOOP
-    IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = r) THEN
-      EXECUTE format('CREATE ROLE %I NOLOGIN', r);
-    END IF;
-    -- Session defaults of the role. PostgreSQL applies a role's settings to
-    -- sessions that log in as it, not as a member: a login user copies them
-    -- (README, "Database roles"; pinctl dev and the tests do).
-    EXECUTE format('ALTER ROLE %I SET statement_timeout = %L', r, '30s');
-    EXECUTE format('ALTER ROLE %I SET lock_timeout = %L', r, '10s');
-    EXECUTE format('ALTER ROLE %I SET idle_in_transaction_session_timeout = %L', r, '60s');
+    -- Roles and their settings are the cluster's, shared by its databases:
+    -- two databases migrated at once meet here (duplicate_object, or
+    -- "tuple concurrently updated"). Each change is made only when missing,
+    -- and a lost race is tried again.
+    FOR attempt IN 1..20 LOOP
+      BEGIN
+        IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = r) THEN
+          EXECUTE format('CREATE ROLE %I NOLOGIN', r);
+        END IF;
+        -- Session defaults of the role. PostgreSQL applies a role's
+        -- settings to sessions that log in as it, not as a member: a login
+        -- user copies them (README, "Database roles"; pinctl dev and the
+        -- tests do).
+        FOREACH s IN ARRAY ARRAY['statement_timeout=30s', 'lock_timeout=10s', 'idle_in_transaction_session_timeout=60s'] LOOP
+          IF NOT EXISTS (SELECT FROM pg_db_role_setting d JOIN pg_roles ro ON ro.oid = d.setrole
+                         WHERE ro.rolname = r AND d.setdatabase = 0 AND s = ANY (d.setconfig)) THEN
+            EXECUTE format('ALTER ROLE %I SET %s = %L', r, split_part(s, '=', 1), split_part(s, '=', 2));
+          END IF;
+        END LOOP;
+        EXIT;
+      EXCEPTION WHEN duplicate_object OR unique_violation OR internal_error THEN
+        PERFORM pg_sleep(0.05 * attempt);
+      END;
+    END LOOP;
   END LOOP;
 END
 $$;
