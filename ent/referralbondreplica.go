@@ -29,7 +29,7 @@ type ReferralBondReplica struct {
 	Status string `json:"status,omitempty"`
 	// BoundAt holds the value of the "bound_at" field.
 	BoundAt time.Time `json:"bound_at,omitempty"`
-	// payload.Version of the last applied event (INV-BND-1).
+	// payload.Version of the last applied event (BND-1).
 	ReplicaVersion int64 `json:"replica_version,omitempty"`
 	// Event time (envelope CreatedAt) of the last applied event.
 	SyncedAt     time.Time `json:"synced_at,omitempty"`

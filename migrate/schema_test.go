@@ -11,7 +11,7 @@ import (
 	"github.com/pin-platform/consumers/migrate/pgtest"
 )
 
-// The tables and columns CONTRACT.md §6 fixes.
+// The tables and columns docs/contract.md §6 fixes.
 var contractColumns = map[string][]string{
 	"chats":                  {"id", "kind", "lead_id", "lead_member_version", "row_version", "closed_at", "created_at", "updated_at"},
 	"chat_participants":      {"id", "chat_id", "user_id", "role", "joined_at", "removed_at"},

@@ -12,7 +12,7 @@ import (
 )
 
 // varchar32 is the column type of every enum-like text column: the value's
-// name as text (CONTRACT.md §6).
+// name as text (docs/contract.md §6).
 var varchar32 = map[string]string{dialect.Postgres: "varchar(32)"}
 
 // enumText is an enum-like varchar(32) column holding the value's name.

@@ -10,7 +10,7 @@ import (
 )
 
 // ReferralBondReplica is rewards' local replica of a referral bond: the basis
-// of referral accruals. Rows are never deleted (INV-BND-2); only a row with
+// of referral accruals. Rows are never deleted (BND-2); only a row with
 // status 'Active' lets an accrual be made.
 type ReferralBondReplica struct{ ent.Schema }
 
@@ -35,7 +35,7 @@ func (ReferralBondReplica) Fields() []ent.Field {
 			Comment("Active / Replaced / Revoked; an unknown value is stored as it came (fail-closed: not Active)."),
 		field.Time("bound_at").Immutable(),
 		field.Int64("replica_version").
-			Comment("payload.Version of the last applied event (INV-BND-1)."),
+			Comment("payload.Version of the last applied event (BND-1)."),
 		field.Time("synced_at").
 			Comment("Event time (envelope CreatedAt) of the last applied event."),
 	}
@@ -44,7 +44,7 @@ func (ReferralBondReplica) Fields() []ent.Field {
 func (ReferralBondReplica) Indexes() []ent.Index {
 	return []ent.Index{
 		index.Fields("referred_user_id").StorageKey("ix_referral_bond_replicas_referred"),
-		// INV-BND-3: at most one Active bond per referred user.
+		// BND-3: at most one Active bond per referred user.
 		index.Fields("referred_user_id").Unique().
 			Annotations(entsql.IndexWhere("status = 'Active'")).
 			StorageKey("ux_referral_bond_replicas_referred_active"),

@@ -1,7 +1,7 @@
 // Command crm-consumers runs the CRM's Kafka consumers: Selection Shared
 // (pin.selections.selection-shared.v1, group crm-selections). It runs until
 // SIGINT or SIGTERM, then drains and exits 0; exit 2 on bad configuration
-// (CONTRACT.md §2).
+// (docs/contract.md §2).
 package main
 
 import (

@@ -1,7 +1,7 @@
 // Command messenger-consumers runs the messenger's Kafka consumers: the Lead
 // Chat Participants Sync (pin.crm.lead-participants-changed.v1). It runs
 // until SIGINT or SIGTERM, then drains and exits 0; exit 2 on bad
-// configuration (CONTRACT.md §2).
+// configuration (docs/contract.md §2).
 package main
 
 import (

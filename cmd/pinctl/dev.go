@@ -165,7 +165,7 @@ func (d *dev) run(ctx context.Context) error {
 			}
 		}
 		d.brokers = mc.BootstrapServers()
-		d.say("▸ Kafka: in-process broker at %s with the topics of CONTRACT.md §3", d.brokers)
+		d.say("▸ Kafka: in-process broker at %s with the topics of docs/contract.md §3", d.brokers)
 	}
 
 	// The consumers.

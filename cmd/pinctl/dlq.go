@@ -18,7 +18,7 @@ import (
 	"github.com/pin-platform/consumers/consumers/consumer"
 )
 
-// `pinctl dlq list|replay`: the dead-letter topics of CONTRACT.md §5, read
+// `pinctl dlq list|replay`: the dead-letter topics of docs/contract.md §5, read
 // from the beginning to their high watermarks by an assign-only consumer
 // (no group membership, nothing committed).
 

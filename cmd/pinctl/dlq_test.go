@@ -26,7 +26,7 @@ const (
 	testGroup  = "pin-test-group"
 )
 
-// deadLetter is a DLQ message as the runtime writes it (CONTRACT.md §5).
+// deadLetter is a DLQ message as the runtime writes it (docs/contract.md §5).
 type deadLetter struct {
 	dlqPartition int32
 	srcPartition int32

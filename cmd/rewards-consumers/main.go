@@ -1,6 +1,6 @@
 // Command rewards-consumers runs the rewards service's event consumers
 // (Referral Bond Sync, group pin-rewards-referral-bonds) until SIGINT or
-// SIGTERM. Configuration comes from the environment (CONTRACT.md §2).
+// SIGTERM. Configuration comes from the environment (docs/contract.md §2).
 package main
 
 import (

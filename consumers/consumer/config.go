@@ -14,7 +14,7 @@ import (
 	"github.com/pin-platform/consumers/internal/kafkaenv"
 )
 
-// Config is a consumer process's configuration (CONTRACT.md §2).
+// Config is a consumer process's configuration (docs/contract.md §2).
 type Config struct {
 	Brokers        string        // KAFKA_BOOTSTRAP_SERVERS
 	DatabaseURL    string        // DATABASE_URL

@@ -14,7 +14,7 @@ import (
 	"github.com/rs/zerolog"
 )
 
-// DLQ headers (CONTRACT.md §5).
+// DLQ headers (docs/contract.md §5).
 const (
 	HeaderReason            = "x-dlq-reason"
 	HeaderErrorCode         = "x-dlq-error-code"

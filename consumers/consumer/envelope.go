@@ -13,7 +13,7 @@ import (
 	"github.com/google/uuid"
 )
 
-// Envelope is the message format of CONTRACT.md §4. Member names are matched
+// Envelope is the message format of docs/contract.md §4. Member names are matched
 // case-insensitively and unknown members are ignored (encoding/json's
 // rules).
 type Envelope struct {

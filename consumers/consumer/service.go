@@ -9,7 +9,7 @@ import (
 	"github.com/pin-platform/consumers/ent"
 )
 
-// Service describes one consumer: its topic, group and DLQ (CONTRACT.md §3),
+// Service describes one consumer: its topic, group and DLQ (docs/contract.md §3),
 // its routes, its spec's error codes and the names of its spec's metrics.
 type Service struct {
 	Name     string // short name: metric label and log field ("rewards")

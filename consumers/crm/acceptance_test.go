@@ -29,7 +29,7 @@ func TestAC1_SharedAppendsSelectionAttached(t *testing.T) {
 	at := micro(time.Now().Add(-time.Hour))
 	e := newEvent(l, "Shared", at).on(2)
 	e.CreatedAt = time.Now().Add(-time.Minute) // the lag metric is now − CreatedAt
-	// Member names and enum values in another case work too (CONTRACT.md §4).
+	// Member names and enum values in another case work too (docs/contract.md §4).
 	lower := newEvent(other, "sHaReD", at).on(2)
 	for k, v := range lower.Payload {
 		delete(lower.Payload, k)

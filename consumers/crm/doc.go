@@ -1,5 +1,5 @@
 // Package crm is the CRM's Selection Shared consumer
-// (SelectionSharedConsumer, specs/crm-selection-shared.md): it reads
+// (SelectionSharedConsumer, docs/specs/crm.md): it reads
 // pin.selections.selection-shared.v1 and appends to the Active lead of the
 // (agent, investor) pair a feed entry that an agent shared a selection of
 // properties with the client (SelectionAttached) or that the client opened it
@@ -12,7 +12,7 @@
 //   - payload.go: the event's payload, its validation, the Action enum and
 //     the title cut (256 runes, never bytes);
 //   - lead.go: the lead aggregate: resolving the pair's Active lead and
-//     appendEvent, the one write path of the feed (INV-LEAD-2, tenant from
+//     appendEvent, the one write path of the feed (CRM-1, tenant from
 //     the lead, last_event_at only forward, optimistic row_version, the
 //     source_message_id idempotency layer);
 //   - handler.go: the handler, outcomes and log fields;

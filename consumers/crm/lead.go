@@ -17,7 +17,7 @@ import (
 )
 
 // StatusActive is the only lead status that accepts feed entries
-// (INV-LEAD-2). The others are Expired and Archived.
+// (CRM-1). The others are Expired and Archived.
 const StatusActive = "Active"
 
 // resolveActiveLead returns the one Active lead of the pair (executor agent,
@@ -110,7 +110,7 @@ func newFeedRow(tx *ent.Tx, l *ent.Lead, e FeedEntry, id uuid.UUID, payload []by
 // (inFeed). It returns the new entry's id. It is the lead aggregate's write
 // path for feed entries:
 //
-//   - INV-LEAD-2: the lead must be Active, as read and still at write time
+//   - CRM-1: the lead must be Active, as read and still at write time
 //     (the update is conditioned on it); otherwise CodeLeadNotActive and
 //     nothing is appended;
 //   - the lead's last_event_at = greatest(last_event_at, OccurredAt), so an
@@ -132,7 +132,7 @@ func newFeedRow(tx *ent.Tx, l *ent.Lead, e FeedEntry, id uuid.UUID, payload []by
 // does): nothing of the attempt is kept.
 func appendEvent(ctx context.Context, tx *ent.Tx, l *ent.Lead, e FeedEntry, now time.Time) (uuid.UUID, error) {
 	if l.Status != StatusActive {
-		return uuid.Nil, CodeLeadNotActive.Errorf("lead %s is %s, not Active (INV-LEAD-2)", l.ID, l.Status)
+		return uuid.Nil, CodeLeadNotActive.Errorf("lead %s is %s, not Active (CRM-1)", l.ID, l.Status)
 	}
 	payload, err := json.Marshal(e.Payload)
 	if err != nil {
@@ -170,7 +170,7 @@ func appendEvent(ctx context.Context, tx *ent.Tx, l *ent.Lead, e FeedEntry, now 
 		case err != nil:
 			return uuid.Nil, fmt.Errorf("re-read lead %s: %w", l.ID, err)
 		case cur.Status != StatusActive:
-			return uuid.Nil, CodeLeadNotActive.Errorf("lead %s left Active (now %s) between its read and the write (INV-LEAD-2)", l.ID, cur.Status)
+			return uuid.Nil, CodeLeadNotActive.Errorf("lead %s left Active (now %s) between its read and the write (CRM-1)", l.ID, cur.Status)
 		default:
 			return uuid.Nil, CodeConcurrentUpdate.Errorf("lead %s changed concurrently (row_version %d read, %d now)", l.ID, l.RowVersion, cur.RowVersion)
 		}

@@ -198,7 +198,7 @@ func truncateRunes(s string, n int) (string, int) {
 }
 
 // LeadSelectionPayload is lead_events.payload of both SelectionAttached and
-// SelectionViewed: exactly these three members (CONTRACT.md §6).
+// SelectionViewed: exactly these three members (docs/contract.md §6).
 type LeadSelectionPayload struct {
 	SelectionID          uuid.UUID `json:"SelectionId"`
 	SelectionTitle       string    `json:"SelectionTitle"`

@@ -142,7 +142,7 @@ func preparedLead(ctx context.Context, agent, investor uuid.UUID) *ent.Lead {
 // change under the batch.
 func (b *batch) append(l *ent.Lead, e FeedEntry, now time.Time) (uuid.UUID, error) {
 	if l.Status != StatusActive {
-		return uuid.Nil, CodeLeadNotActive.Errorf("lead %s is %s, not Active (INV-LEAD-2)", l.ID, l.Status)
+		return uuid.Nil, CodeLeadNotActive.Errorf("lead %s is %s, not Active (CRM-1)", l.ID, l.Status)
 	}
 	payload, err := json.Marshal(e.Payload)
 	if err != nil {

@@ -8,7 +8,7 @@ import (
 	"github.com/pin-platform/consumers/consumers/consumer"
 )
 
-// Topic, group, DLQ and event type of the consumer (CONTRACT.md §3).
+// Topic, group, DLQ and event type of the consumer (docs/contract.md §3).
 const (
 	Topic     = "pin.selections.selection-shared.v1"
 	Group     = "crm-selections"
@@ -41,7 +41,7 @@ var (
 	CodeLeadNotFound = consumer.Code{Name: "CRM_SELECTION_LEAD_NOT_FOUND", Class: consumer.RetryLater,
 		Backoff: leadBackoff()}
 	// CodeLeadNotActive: the lead left Active between its resolution and the
-	// write (INV-LEAD-2); nothing is appended. Handled like
+	// write (CRM-1); nothing is appended. Handled like
 	// CodeLeadNotFound (clarified): the same schedule; the next attempt
 	// resolves the pair's Active lead afresh.
 	CodeLeadNotActive = consumer.Code{Name: "CRM_LEAD_NOT_ACTIVE", Class: consumer.RetryLater,

@@ -1,5 +1,5 @@
 // Package demo produces what PIN's producers would: envelopes of the three
-// topics (CONTRACT.md §4), the scripted scenario of `make run` with the
+// topics (docs/contract.md §4), the scripted scenario of `make run` with the
 // outcome it must reach, and realistic load for `pinctl dev --events` and
 // the benchmark.
 package demo
@@ -53,7 +53,7 @@ type Event struct {
 	Note      string // what it demonstrates
 }
 
-// Event types of CONTRACT.md §4.
+// Event types of docs/contract.md §4.
 const (
 	EventBondCreated             = "pin.referral.bond-created"
 	EventBondClosed              = "pin.referral.bond-closed"
@@ -61,7 +61,7 @@ const (
 	EventSelectionShared         = "pin.selections.selection-shared"
 )
 
-// Envelope builds the JSON envelope of CONTRACT.md §4 (ContractVersion 1)
+// Envelope builds the JSON envelope of docs/contract.md §4 (ContractVersion 1)
 // of message id around payload.
 func Envelope(id uuid.UUID, eventType, aggregateType string, aggregateID uuid.UUID, at time.Time, payload any) []byte {
 	b, err := json.Marshal(map[string]any{

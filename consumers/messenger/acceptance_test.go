@@ -276,7 +276,7 @@ func TestAC06_DismissalCascadeRevokesAccessAndKeepsHistory(t *testing.T) {
 		t.Fatalf("feed of the dismissed member: joined=%v left=%v, want both kept", joined, left)
 	}
 
-	// Re-hired later: the same row comes back (INV-PART-1).
+	// Re-hired later: the same row comes back (MSG-4).
 	v3 := newEv(lead, 3, member{agent, RoleExecutor}, member{inv, RoleInvestorPrimary}, member{dismissed, RoleAssistant})
 	tps = e.produce(v3)
 	e.awaitOutcome(v3.ID, Synced)

@@ -1,6 +1,6 @@
 // Package messenger holds the messenger's event consumers. Today that is the
 // Lead Chat Participants Sync (MessengerLeadParticipantsChangedConsumer,
-// specs/messenger-lead-participants.md): it keeps the members of a lead's
+// docs/specs/messenger.md): it keeps the members of a lead's
 // chat equal to the lead's active participants in CRM and writes the
 // membership facts into the chat's system feed.
 //

@@ -179,7 +179,7 @@ func (h *handler) apply(ctx context.Context, tx *ent.Tx, chatID, messageID uuid.
 	byUser map[uuid.UUID]*ent.ChatParticipant) error {
 	now := time.Now()
 
-	// Add: reactivate the member's row when there is one (INV-PART-1: one
+	// Add: reactivate the member's row when there is one (MSG-4: one
 	// row per chat and user, soft-removed and brought back; joined_at then
 	// marks the current membership's start, the feed keeps the earlier
 	// ones), else insert.
@@ -202,7 +202,7 @@ func (h *handler) apply(ctx context.Context, tx *ent.Tx, chatID, messageID uuid.
 		}
 	}
 
-	// Remove: soft (INV-PART-4); the row and the chat's history stay.
+	// Remove: soft (MSG-5); the row and the chat's history stay.
 	if len(d.Remove) > 0 {
 		ids := make([]uuid.UUID, len(d.Remove))
 		for i, r := range d.Remove {
@@ -224,7 +224,7 @@ func (h *handler) apply(ctx context.Context, tx *ent.Tx, chatID, messageID uuid.
 		}
 	}
 
-	// Feed: one fact per change (INV-CE-4).
+	// Feed: one fact per change (MSG-6).
 	facts := d.facts()
 	events := make([]*ent.ChatEventCreate, len(facts))
 	for i, f := range facts {

@@ -117,7 +117,7 @@ func (x ev) payload() map[string]any {
 	}
 }
 
-// envelope is a message value: the CONTRACT.md §4 envelope around payload
+// envelope is a message value: the docs/contract.md §4 envelope around payload
 // p. It is a function of its arguments (CreatedAt is fixed), so that a
 // test can rebuild what it sent.
 func envelope(id, lead uuid.UUID, p any) []byte {
@@ -212,7 +212,7 @@ func (e *env) awaitDLQ(n int) []*kafka.Message {
 }
 
 // checkDeadLetter checks a dead letter against its source message and the
-// DLQ headers of CONTRACT.md §5.
+// DLQ headers of docs/contract.md §5.
 func checkDeadLetter(t *testing.T, dl *kafka.Message, src kafka.TopicPartition, key, value []byte, code string, attempts string) {
 	t.Helper()
 	if !bytes.Equal(dl.Key, key) || !bytes.Equal(dl.Value, value) {

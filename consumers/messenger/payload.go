@@ -138,7 +138,7 @@ func validate(p payload) (snapshot, error) {
 		return s, CodeInvalid.Errorf("Participants has %d changes, more than %d", n, MaxParticipants)
 	}
 	if len(p.ActiveParticipants) == 0 {
-		return s, CodeInvalid.Errorf("ActiveParticipants is empty (INV-CHAT-7: a lead chat keeps at least one member)")
+		return s, CodeInvalid.Errorf("ActiveParticipants is empty (MSG-3: a lead chat keeps at least one member)")
 	}
 	byUser := make(map[uuid.UUID]int, len(p.ActiveParticipants))
 	for i, ap := range p.ActiveParticipants {

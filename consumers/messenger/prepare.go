@@ -156,7 +156,7 @@ func (b *batch) apply(chatID, messageID uuid.UUID, s snapshot, d diff, byUser ma
 		}
 	}
 	for _, a := range d.Add {
-		if r, ok := byUser[a.UserID]; ok { // reactivate (INV-PART-1)
+		if r, ok := byUser[a.UserID]; ok { // reactivate (MSG-4)
 			r.Role, r.RemovedAt, r.JoinedAt = a.Role, nil, now
 			changed(r)
 			continue
@@ -165,7 +165,7 @@ func (b *batch) apply(chatID, messageID uuid.UUID, s snapshot, d diff, byUser ma
 		b.members[chatID] = append(b.members[chatID], r)
 		b.inserts[r.ID] = r
 	}
-	for _, rm := range d.Remove { // soft (INV-PART-4)
+	for _, rm := range d.Remove { // soft (MSG-5)
 		r := byUser[rm.UserID]
 		t := now
 		r.RemovedAt = &t
@@ -208,7 +208,7 @@ func (b *batch) flush(ctx context.Context) error {
 		// joined_at and removed_at; a new one is inserted (and a second
 		// row for a (chat, user) pair fails the unique index, and the
 		// batch, as a plain INSERT would). Member rows are never deleted
-		// (removal is soft, INV-PART-4); one deleted by hand meanwhile
+		// (removal is soft, MSG-5); one deleted by hand meanwhile
 		// would be written back as the batch sees it.
 		rows := make(map[uuid.UUID]*ent.ChatParticipant, len(b.inserts)+len(b.updates))
 		maps.Copy(rows, b.inserts)

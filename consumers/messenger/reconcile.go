@@ -67,7 +67,7 @@ func sortMembers(ms []member) {
 	slices.SortFunc(ms, func(a, b member) int { return bytes.Compare(a.UserID[:], b.UserID[:]) })
 }
 
-// Types of the feed facts (chat_events.type, INV-CE-4).
+// Types of the feed facts (chat_events.type, MSG-6).
 const (
 	EventParticipantJoined      = "ParticipantJoined"
 	EventParticipantLeft        = "ParticipantLeft"

@@ -8,7 +8,7 @@ import (
 	"github.com/pin-platform/consumers/consumers/consumer"
 )
 
-// Topics, group and event type of the consumer (CONTRACT.md §3).
+// Topics, group and event type of the consumer (docs/contract.md §3).
 const (
 	Topic     = "pin.crm.lead-participants-changed.v1"
 	Group     = "messenger-lead-participants-changed"

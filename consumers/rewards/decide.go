@@ -52,13 +52,13 @@ const (
 	// ActionClose: bond-closed with a higher Version on a row that is not
 	// terminal: status, replica_version and synced_at are set.
 	ActionClose
-	// ActionSkipStale: Version ≤ replica_version (INV-BND-1): mark only.
+	// ActionSkipStale: Version ≤ replica_version (BND-1): mark only.
 	ActionSkipStale
 	// ActionSkipAlreadyClosed: bond-closed on a Replaced/Revoked row
-	// (INV-BND-4): mark only.
+	// (BND-4): mark only.
 	ActionSkipAlreadyClosed
 	// ActionInvalidTerminal: bond-created with a higher Version on a row
-	// that is not Active: a closed bond never returns to Active (INV-BND-4).
+	// that is not Active: a closed bond never returns to Active (BND-4).
 	// REWARDS_BOND_EVENT_INVALID.
 	ActionInvalidTerminal
 	// ActionOrphan: bond-closed without a row: REWARDS_BOND_EVENT_ORPHAN_CLOSED

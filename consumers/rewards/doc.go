@@ -2,7 +2,7 @@
 // is Referral Bond Sync (group pin-rewards-referral-bonds): it keeps
 // referral_bond_replicas, the replica of the referral service's bonds that
 // referral accruals are based on, in step with pin.referral.bonds.v1
-// (specs/rewards-referral-bonds.md).
+// (docs/specs/rewards.md).
 //
 // The consumer runs on the shared runtime (package consumer), which owns the
 // transaction, the idempotency mark, offsets, retries and the DLQ. This
@@ -12,12 +12,12 @@
 //     spec), statuses matched case-insensitively and stored in the spec's
 //     spelling, an unknown one stored as it came;
 //   - decide.go: Decide, the pure transition function (row × event →
-//     action): the version guard INV-BND-1, terminality INV-BND-4, orphans,
+//     action): the version guard BND-1, terminality BND-4, orphans,
 //     the ReferredUserId check;
 //   - handler.go: the two handlers, which read the row FOR UPDATE, apply the
 //     action and insert with ON CONFLICT DO NOTHING so that the single-active
-//     rule INV-BND-3 (the partial unique index) is detected without aborting
-//     the transaction. Rows are never deleted (INV-BND-2);
+//     rule BND-3 (the partial unique index) is detected without aborting
+//     the transaction. Rows are never deleted (BND-2);
 //   - metrics.go: the spec's metric names and the lag source max(synced_at);
 //   - bonds.go: ActiveBond, the read API of accrual code;
 //   - service.go: New, the consumer.Service (topic, group, DLQ, codes,

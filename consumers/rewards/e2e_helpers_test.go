@@ -180,7 +180,7 @@ func (e *env) dlq(want int) []*kafka.Message {
 }
 
 // checkDead checks a dead letter: the original key, value and headers byte
-// for byte, and every DLQ header of CONTRACT.md §5.
+// for byte, and every DLQ header of docs/contract.md §5.
 func (e *env) checkDead(m *kafka.Message, src kafka.TopicPartition, ev event, code string, attempts int) {
 	e.t.Helper()
 	h := func(k string) string { return kafkatest.Header(m, k) }
@@ -321,7 +321,7 @@ func (ev event) idempotencyKey() string {
 	return KeyPrefixBondClosed + ev.messageID.String()
 }
 
-// envelope builds the JSON envelope of CONTRACT.md §4.
+// envelope builds the JSON envelope of docs/contract.md §4.
 func envelope(eventType string, aggregate uuid.UUID, key uuid.UUID, at time.Time, payload any) event {
 	id := uuid.New()
 	p, err := json.Marshal(payload)

@@ -62,7 +62,7 @@ func (h *handler) bondCreated(ctx context.Context, tx *ent.Tx, m *consumer.Messa
 			// Nothing inserted: either the bond itself appeared since we
 			// looked (a concurrent processor of the same message): decide
 			// again on its row; or another bond is Active for the
-			// referred user (INV-BND-3).
+			// referred user (BND-3).
 			exists, err := tx.ReferralBondReplica.Query().Where(referralbondreplica.ID(p.BondID)).Exist(ctx)
 			if err != nil {
 				return "", err
@@ -90,7 +90,7 @@ func (h *handler) bondCreated(ctx context.Context, tx *ent.Tx, m *consumer.Messa
 			h.skippedStale(ctx, ev.Type)
 			return consumer.SkippedStale, nil
 		case ActionInvalidTerminal:
-			return "", CodeInvalid.Errorf("bond-created for BondId %s (Version %d) on a row in status %s (replica_version %d): a closed bond never returns to Active (INV-BND-4)",
+			return "", CodeInvalid.Errorf("bond-created for BondId %s (Version %d) on a row in status %s (replica_version %d): a closed bond never returns to Active (BND-4)",
 				p.BondID, p.Version, row.Status, row.ReplicaVersion)
 		default:
 			return "", fmt.Errorf("bond-created for BondId %s: unexpected action %s", p.BondID, a)
@@ -247,7 +247,7 @@ func activeConflict(ctx context.Context, tx *ent.Tx, p BondCreated) error {
 }
 
 func activeConflictOf(p BondCreated, holder *ent.ReferralBondReplica) error {
-	return CodeActiveConflict.Errorf("bond-created for BondId %s (Version %d): ReferredUserId %s already has the Active bond %s (replica_version %d) (INV-BND-3)",
+	return CodeActiveConflict.Errorf("bond-created for BondId %s (Version %d): ReferredUserId %s already has the Active bond %s (replica_version %d) (BND-3)",
 		p.BondID, p.Version, p.ReferredUserID, holder.ID, holder.ReplicaVersion)
 }
 

@@ -15,7 +15,7 @@ import (
 	"github.com/pin-platform/consumers/migrate/pgtest"
 )
 
-// INV-BND-3: a bond-created for a referred user who already has another
+// BND-3: a bond-created for a referred user who already has another
 // Active bond is REWARDS_BOND_REPLICA_ACTIVE_CONFLICT: dead-lettered at once
 // (fail closed), the existing bond untouched, the partition going on.
 func TestActiveConflict_SecondActiveBondIsDeadLettered(t *testing.T) {
@@ -47,7 +47,7 @@ func TestActiveConflict_SecondActiveBondIsDeadLettered(t *testing.T) {
 	checkRow(t, e.row(b.ID), b, "Active", 1, baseTime.Add(time.Second))
 }
 
-// INV-BND-4 and the contract: every other way a message is refused, each
+// BND-4 and the contract: every other way a message is refused, each
 // with its code in x-dlq-error-code; what the contract says to let through
 // goes through.
 func TestViolationsAreDeadLetteredWithTheirCode(t *testing.T) {
@@ -78,7 +78,7 @@ func TestViolationsAreDeadLetteredWithTheirCode(t *testing.T) {
 		ev   event
 		code string // "" = not dead-lettered
 	}{
-		{created(revoked, 3, baseTime.Add(time.Minute)), CodeInvalid.Name},                           // INV-BND-4
+		{created(revoked, 3, baseTime.Add(time.Minute)), CodeInvalid.Name},                           // BND-4
 		{mismatch, CodeInvalid.Name},                                                                 // ReferredUserId differs from the row
 		{closed(active, "Active", 2, baseTime), CodeInvalid.Name},                                    // not a closing status
 		{envelope(EventTypeBondClosed, active.ID, active.Referred, baseTime, "x"), CodeInvalid.Name}, // Payload not an object

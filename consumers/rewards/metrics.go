@@ -31,7 +31,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	m := &metrics{
 		stale: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: MetricStaleEvents,
-			Help: "Bond events skipped by the version guard (Version <= replica_version, INV-BND-1).",
+			Help: "Bond events skipped by the version guard (Version <= replica_version, BND-1).",
 		}, []string{"event_type"}),
 		unknownStatus: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: MetricUnknownStatus,

@@ -40,7 +40,7 @@ func ParseStatus(s string) (st Status, known bool) {
 }
 
 // Terminal reports a closed status of the contract (Replaced, Revoked): a
-// row in it never changes again (INV-BND-4).
+// row in it never changes again (BND-4).
 func (s Status) Terminal() bool {
 	st, _ := ParseStatus(string(s))
 	return st == StatusReplaced || st == StatusRevoked
@@ -78,7 +78,7 @@ type BondClosed struct {
 
 // Wire forms: every member optional, so that a missing member and an
 // invalid one are told apart in the DLQ reason. Member names are matched
-// case-insensitively by encoding/json (CONTRACT.md §4).
+// case-insensitively by encoding/json (docs/contract.md §4).
 type createdWire struct {
 	BondID            *string    `json:"BondId"`
 	ReferredUserID    *string    `json:"ReferredUserId"`

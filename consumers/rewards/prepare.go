@@ -59,7 +59,7 @@ func prepare(ctx context.Context, tx *ent.Tx, msgs []*consumer.Message) (context
 		return ctx, nil
 	}
 	// The bonds of the batch, and the Active bonds of its referred users:
-	// a bond-created checks the single-active rule (INV-BND-3) against
+	// a bond-created checks the single-active rule (BND-3) against
 	// them, as its INSERT would, before the INSERT runs at the end.
 	found, err := tx.ReferralBondReplica.Query().
 		Where(referralbondreplica.Or(
@@ -126,7 +126,7 @@ func (rs *rows) queueUpdate(r *ent.ReferralBondReplica) {
 // close bonds or move the version of Active ones, so they can only make
 // room under the single-active index), then the inserts with one INSERT.
 // The inserts have no ON CONFLICT: a bond that exists after all, or a
-// second Active bond of a referred user (INV-BND-3), fails the statement
+// second Active bond of a referred user (BND-3), fails the statement
 // and the batch, which the runtime then replays one message at a time —
 // where the handler sees the conflict and reports it with its code.
 func (rs *rows) flush(ctx context.Context) error {

@@ -12,7 +12,7 @@ import (
 // table as it was except for the new messages' effects, keeps every mark as
 // it was (outcome, partition, offset, processed_at) and adds marks for the
 // new messages only. A dead-lettered message has no mark, so the replay
-// dead-letters it again (CONTRACT.md §4).
+// dead-letters it again (docs/contract.md §4).
 func TestReplay_GroupResetToOffsetZeroKeepsTableAndAddsOnlyNewKeys(t *testing.T) {
 	e := newEnv(t)
 	h := newHistory(40)

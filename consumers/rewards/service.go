@@ -6,7 +6,7 @@ import (
 	"github.com/pin-platform/consumers/consumers/consumer"
 )
 
-// Topic, group and DLQ of the consumer (CONTRACT.md §3).
+// Topic, group and DLQ of the consumer (docs/contract.md §3).
 const (
 	Topic    = "pin.referral.bonds.v1"
 	Group    = "pin-rewards-referral-bonds"
@@ -16,7 +16,7 @@ const (
 	ContractVersion = 1
 )
 
-// EventType values of the topic (CONTRACT.md §4).
+// EventType values of the topic (docs/contract.md §4).
 const (
 	EventTypeBondCreated = "pin.referral.bond-created"
 	EventTypeBondClosed  = "pin.referral.bond-closed"
@@ -33,10 +33,10 @@ var (
 	// CodeInvalid: the payload violates the contract (a required member
 	// missing or empty, Version < 1, a closed whose ReferredUserId differs
 	// from the row's) or a bond-created would re-open a closed bond
-	// (INV-BND-4). Dead-lettered at once.
+	// (BND-4). Dead-lettered at once.
 	CodeInvalid = consumer.Code{Name: "REWARDS_BOND_EVENT_INVALID", Class: consumer.Invalid}
 	// CodeActiveConflict: a bond-created whose referred user already has
-	// another Active bond (INV-BND-3, the partial unique index).
+	// another Active bond (BND-3, the partial unique index).
 	// Dead-lettered at once: fail closed.
 	CodeActiveConflict = consumer.Code{Name: "REWARDS_BOND_REPLICA_ACTIVE_CONFLICT", Class: consumer.Invalid}
 	// CodeOrphanClosed: a bond-closed for a bond the replica does not hold.

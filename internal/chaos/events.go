@@ -11,7 +11,7 @@ import (
 )
 
 // EnvelopeInvalid is the runtime's code for a message whose envelope cannot
-// be read (CONTRACT.md §4).
+// be read (docs/contract.md §4).
 const EnvelopeInvalid = "EVENT_ENVELOPE_INVALID"
 
 // event is one message of a service's stream, as the generator made it.
