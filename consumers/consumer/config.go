@@ -24,9 +24,6 @@ type Config struct {
 	// Kafka holds every other KAFKA_<PROPERTY> as a librdkafka property
 	// (package kafkaenv).
 	Kafka kafka.ConfigMap
-	// KafkaIgnored is the warning about the Kubernetes service-link
-	// variables left out of Kafka ("" when none).
-	KafkaIgnored string
 
 	BatchSize    int           // CONSUMER_BATCH_SIZE: messages of one partition per transaction (default 64)
 	QueueSize    int           // CONSUMER_QUEUE_SIZE: messages buffered per partition before it is paused (default 256)
@@ -45,29 +42,26 @@ type Config struct {
 	// connection keeps prepared (default DefaultStatementCache; 0: none).
 	StatementCache int
 	Pprof          bool // CONSUMER_PPROF: serve net/http/pprof under /debug/pprof/ on HTTP_ADDR (default false)
-	// MaxTransactions (CONSUMER_MAX_TRANSACTIONS) caps the transactions
-	// that run at once (default 0: no cap). A worker waits for a turn
-	// before it gathers its batch, so what arrives meanwhile joins it; it
-	// gives the turn up while it backs off and while its run waits for a
-	// shared transaction's lane.
-	MaxTransactions int
-	// SharedTransactions (CONSUMER_SHARED_TRANSACTIONS) lets the batches of
-	// partitions ready at the same time share one transaction, with at most
-	// this many running at once (default DefaultSharedTransactions; 0: off,
-	// each partition's batch runs in its own). See share.go.
-	SharedTransactions int
+	// Transactions (CONSUMER_TRANSACTIONS) is how many transactions run at
+	// once, each carrying the runs of every partition that became ready
+	// while the one before it ran (scheduler.go; default
+	// DefaultTransactions).
+	Transactions int
+	// Warnings are one line each about the environment: Kubernetes
+	// service-link variables ignored, a renamed variable.
+	Warnings []string
 }
 
 // MaxBatchSize bounds CONSUMER_BATCH_SIZE: a shared transaction carries up
 // to 4 batches, whose IN lists must stay far below PostgreSQL's MaxParams.
 const MaxBatchSize = 1000
 
-// DefaultSharedTransactions is CONSUMER_SHARED_TRANSACTIONS's default: two
+// DefaultTransactions is CONSUMER_TRANSACTIONS's default: two
 // transactions at a time, each carrying the batches of every partition
-// ready meanwhile (bench/README.md, "Shared transactions": one lane cut
-// PostgreSQL's CPU per event most but serialised the handlers' own CPU,
-// which slowed messenger; two kept the rate and most of the saving).
-const DefaultSharedTransactions = 2
+// ready meanwhile (bench/README.md: one cut PostgreSQL's CPU per event most
+// but serialised the handlers' own CPU, which slowed messenger; two kept
+// the rate and most of the saving).
+const DefaultTransactions = 2
 
 // ConfigError is a missing or invalid setting; the process exits 2.
 type ConfigError struct {
@@ -104,13 +98,16 @@ func ConfigFromEnv(environ []string, defaultHTTP string) (Config, error) {
 		DBMaxConns:     16,
 		StatementCache: DefaultStatementCache,
 
-		SharedTransactions: DefaultSharedTransactions,
+		Transactions: DefaultTransactions,
 	}
 	var errs []error
 	fail := func(name string, err error) { errs = append(errs, &ConfigError{Var: name, Err: err}) }
 
 	kc := kafkaenv.FromEnv(environ)
-	c.Kafka, c.KafkaIgnored = kc.Props, kc.Warning()
+	c.Kafka = kc.Props
+	if w := kc.Warning(); w != "" {
+		c.Warnings = append(c.Warnings, w)
+	}
 	if c.Brokers = kc.Brokers; c.Brokers == "" {
 		fail("KAFKA_BOOTSTRAP_SERVERS", errors.New("required"))
 	}
@@ -172,8 +169,19 @@ func ConfigFromEnv(environ []string, defaultHTTP string) (Config, error) {
 	}
 	intVar("CONSUMER_QUEUE_SIZE", &c.QueueSize)
 	intVar("DATABASE_MAX_CONNS", &c.DBMaxConns)
-	intVar("CONSUMER_MAX_TRANSACTIONS", &c.MaxTransactions)
-	countVar("CONSUMER_SHARED_TRANSACTIONS", &c.SharedTransactions)
+	// The two knobs that CONSUMER_TRANSACTIONS replaced: the shared lanes
+	// carry over, the cap on a partition's own transactions has no meaning
+	// left (every transaction takes a lane).
+	if v, ok := env["CONSUMER_SHARED_TRANSACTIONS"]; ok && env["CONSUMER_TRANSACTIONS"] == "" {
+		if n, err := strconv.Atoi(v); err == nil && n >= 1 {
+			c.Transactions = n
+		}
+		c.Warnings = append(c.Warnings, "CONSUMER_SHARED_TRANSACTIONS is now CONSUMER_TRANSACTIONS (taken as it when ≥ 1)")
+	}
+	if _, ok := env["CONSUMER_MAX_TRANSACTIONS"]; ok {
+		c.Warnings = append(c.Warnings, "CONSUMER_MAX_TRANSACTIONS is ignored: CONSUMER_TRANSACTIONS caps every transaction")
+	}
+	intVar("CONSUMER_TRANSACTIONS", &c.Transactions)
 	countVar("DATABASE_STATEMENT_CACHE", &c.StatementCache)
 	durVar("CONSUMER_DRAIN_TIMEOUT", &c.DrainTimeout)
 	durVar("CONSUMER_STUCK_AFTER", &c.StuckAfter)

@@ -44,15 +44,6 @@ func TestConfigFromEnv(t *testing.T) {
 			t.Fatalf("CONSUMER_PPROF=maybe: %v, want an error naming it", err)
 		}
 	})
-	t.Run("max transactions", func(t *testing.T) {
-		c, err := ConfigFromEnv(base, "")
-		if err != nil || c.MaxTransactions != 0 {
-			t.Fatalf("default %d, %v: want 0 (no cap)", c.MaxTransactions, err)
-		}
-		if c, err = ConfigFromEnv(append(base, "CONSUMER_MAX_TRANSACTIONS=2"), ""); err != nil || c.MaxTransactions != 2 {
-			t.Fatalf("CONSUMER_MAX_TRANSACTIONS=2: %d, %v", c.MaxTransactions, err)
-		}
-	})
 	t.Run("statement cache", func(t *testing.T) {
 		c, err := ConfigFromEnv(base, "")
 		if err != nil || c.StatementCache != DefaultStatementCache {
@@ -65,15 +56,23 @@ func TestConfigFromEnv(t *testing.T) {
 			t.Fatalf("DATABASE_STATEMENT_CACHE=-1: %v, want an error naming it", err)
 		}
 	})
-	t.Run("shared transactions", func(t *testing.T) {
+	t.Run("transactions: the one knob, the two it replaced", func(t *testing.T) {
 		c, err := ConfigFromEnv(base, "")
-		if err != nil || c.SharedTransactions != DefaultSharedTransactions {
-			t.Fatalf("default %d, %v: want %d", c.SharedTransactions, err, DefaultSharedTransactions)
+		if err != nil || c.Transactions != DefaultTransactions || len(c.Warnings) != 0 {
+			t.Fatalf("default %d %v, %v: want %d and no warning", c.Transactions, c.Warnings, err, DefaultTransactions)
 		}
-		for v, want := range map[string]int{"0": 0, "3": 3} {
-			if c, err = ConfigFromEnv(append(base, "CONSUMER_SHARED_TRANSACTIONS="+v), ""); err != nil || c.SharedTransactions != want {
-				t.Fatalf("CONSUMER_SHARED_TRANSACTIONS=%s: %d, %v; want %d", v, c.SharedTransactions, err, want)
-			}
+		if c, err = ConfigFromEnv(append(base, "CONSUMER_TRANSACTIONS=3"), ""); err != nil || c.Transactions != 3 {
+			t.Fatalf("CONSUMER_TRANSACTIONS=3: %d, %v", c.Transactions, err)
+		}
+		if _, err = ConfigFromEnv(append(base, "CONSUMER_TRANSACTIONS=0"), ""); err == nil || !strings.Contains(err.Error(), "CONSUMER_TRANSACTIONS") {
+			t.Fatalf("CONSUMER_TRANSACTIONS=0: %v, want an error naming it", err)
+		}
+		c, err = ConfigFromEnv(append(base, "CONSUMER_SHARED_TRANSACTIONS=4", "CONSUMER_MAX_TRANSACTIONS=2"), "")
+		if err != nil || c.Transactions != 4 || len(c.Warnings) != 2 {
+			t.Fatalf("the old knobs: %d %v, %v; want 4 (the shared lanes carried over) and a warning each", c.Transactions, c.Warnings, err)
+		}
+		if c, _ = ConfigFromEnv(append(base, "CONSUMER_SHARED_TRANSACTIONS=0"), ""); c.Transactions != DefaultTransactions {
+			t.Fatalf("CONSUMER_SHARED_TRANSACTIONS=0 (sharing off, gone): %d, want the default %d", c.Transactions, DefaultTransactions)
 		}
 	})
 	t.Run("confluent-kafka-go's go.* properties are typed", func(t *testing.T) {
@@ -104,15 +103,15 @@ func TestConfigFromEnv(t *testing.T) {
 		env  []string
 		name string
 	}{
-		"brokers":     {[]string{"DATABASE_URL=x"}, "KAFKA_BOOTSTRAP_SERVERS"},
-		"database":    {[]string{"KAFKA_BOOTSTRAP_SERVERS=x"}, "DATABASE_URL"},
-		"scale ≤ 0":   {append(base, "RETRY_TIME_SCALE=-1"), "RETRY_TIME_SCALE"},
-		"scale text":  {append(base, "RETRY_TIME_SCALE=x"), "RETRY_TIME_SCALE"},
-		"level":       {append(base, "LOG_LEVEL=chatty"), "LOG_LEVEL"},
-		"batch":       {append(base, "CONSUMER_BATCH_SIZE=0"), "CONSUMER_BATCH_SIZE"},
-		"max tx":      {append(base, "CONSUMER_MAX_TRANSACTIONS=0"), "CONSUMER_MAX_TRANSACTIONS"},
-		"shared < 0":  {append(base, "CONSUMER_SHARED_TRANSACTIONS=-1"), "CONSUMER_SHARED_TRANSACTIONS"},
-		"shared text": {append(base, "CONSUMER_SHARED_TRANSACTIONS=many"), "CONSUMER_SHARED_TRANSACTIONS"},
+		"brokers":    {[]string{"DATABASE_URL=x"}, "KAFKA_BOOTSTRAP_SERVERS"},
+		"database":   {[]string{"KAFKA_BOOTSTRAP_SERVERS=x"}, "DATABASE_URL"},
+		"scale ≤ 0":  {append(base, "RETRY_TIME_SCALE=-1"), "RETRY_TIME_SCALE"},
+		"scale text": {append(base, "RETRY_TIME_SCALE=x"), "RETRY_TIME_SCALE"},
+		"level":      {append(base, "LOG_LEVEL=chatty"), "LOG_LEVEL"},
+		"batch":      {append(base, "CONSUMER_BATCH_SIZE=0"), "CONSUMER_BATCH_SIZE"},
+		"tx 0":       {append(base, "CONSUMER_TRANSACTIONS=0"), "CONSUMER_TRANSACTIONS"},
+		"tx < 0":     {append(base, "CONSUMER_TRANSACTIONS=-1"), "CONSUMER_TRANSACTIONS"},
+		"tx text":    {append(base, "CONSUMER_TRANSACTIONS=many"), "CONSUMER_TRANSACTIONS"},
 	}
 	for name, c := range bad {
 		t.Run("invalid "+name, func(t *testing.T) {

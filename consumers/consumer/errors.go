@@ -114,7 +114,8 @@ func classify(err error, invalid Code) (Code, bool) {
 		return invalid, true
 	}
 	var pqErr *pq.Error
-	if errors.As(err, &pqErr) {
+	var we *writeError
+	if errors.As(err, &pqErr) && !errors.As(err, &we) { // a set-based write names no message: not this one's data
 		switch pqErr.Code.Class() {
 		case "22", "23": // data exception, integrity constraint violation
 			return invalid, true

@@ -3,9 +3,9 @@ package consumer
 // InfraCause exposes infraCause to the external tests.
 var InfraCause = infraCause
 
-// SharedWaiting is how many runs wait for a shared transaction's lane.
+// SharedWaiting is how many runs wait for a lane.
 func (r *Runtime) SharedWaiting() int {
-	r.share.mu.Lock()
-	defer r.share.mu.Unlock()
-	return len(r.share.pending)
+	r.sched.mu.Lock()
+	defer r.sched.mu.Unlock()
+	return len(r.sched.pending)
 }

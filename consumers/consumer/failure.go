@@ -6,7 +6,6 @@ import (
 
 	"github.com/cenkalti/backoff/v5"
 	"github.com/lib/pq"
-	"go.opentelemetry.io/otel/trace"
 )
 
 // Failure handling: the one table from a failure to what happens next
@@ -157,22 +156,33 @@ func (w *worker) processOne(it *item, firstErr error) bool {
 		if t.unexpected > 0 && r.lastCommitOf(it.route) > since {
 			evidence = true
 		}
-		var out Outcome
 		err := firstErr
 		if firstErr != nil {
 			firstErr = nil
 		} else {
-			out, err = w.attempt(it)
+			err = w.attempt(it)
 		}
 		if err == nil {
 			r.committed(it)
-			it.outcome = out
 			w.finish(it, nil)
 			w.ack(it.km.TopicPartition.Offset)
 			return true
 		}
 		if w.ctx.Err() != nil {
 			return false
+		}
+		var he *handlerFailure
+		if errors.As(err, &he) {
+			// Marks go in last: a redelivered message's handler runs on
+			// the state it left itself, and may fail on it. Its mark says
+			// whether it was processed (or is being so right now).
+			if processed, perr := r.processedElsewhere(w.ctx, it); perr == nil && processed {
+				it.outcome, it.st = SkippedDuplicate, nil
+				w.finish(it, nil)
+				w.ack(it.km.TopicPartition.Offset)
+				return true
+			}
+			err = he.err
 		}
 		before := t.unexpected
 		v := r.decide(err, t, !r.svc.Blocking)
@@ -239,24 +249,39 @@ func (w *worker) probeUpcoming(it *item) bool {
 	return false
 }
 
-// probe runs a message on the per-message path in a transaction that it
-// rolls back, and reports whether its handler succeeded. A message whose
-// mark exists (its handler does not run) or that ends with a code of its
-// own proves nothing.
+// attempt runs it in a transaction of its own (a batch of one, taking a
+// lane) and reports its failure, nil when it committed (it.outcome is
+// then its outcome, SkippedDuplicate when its mark was there already).
+func (w *worker) attempt(it *item) error {
+	res := w.r.sched.do(w, []*item{it}, true, txMode{})
+	switch {
+	case res.committed:
+		return nil
+	case res.err == nil: // the drain budget spent while it waited
+		return w.ctx.Err()
+	case res.failed == it:
+		return &handlerFailure{res.err}
+	}
+	return res.err
+}
+
+// handlerFailure is a failure of a message's handler (or a BeforeCommit
+// blaming it), as opposed to its transaction's.
+type handlerFailure struct{ err error }
+
+func (e *handlerFailure) Error() string { return e.err.Error() }
+func (e *handlerFailure) Unwrap() error { return e.err }
+
+// probe runs a copy of a message in a transaction that is rolled back,
+// and reports whether its handler succeeded and its transaction would
+// have committed. A message whose mark exists (its handler does not run)
+// or that ends with a code of its own proves nothing.
 func (w *worker) probe(it *item) bool {
-	r := w.r
-	if !w.takeTurn(nil) {
-		return false
-	}
-	ctx := trace.ContextWithSpan(w.ctx, it.span)
-	tx, err := r.client.Tx(ctx)
-	if err != nil {
-		return false
-	}
-	defer func() { _ = tx.Rollback() }()
-	_, claimed, err := r.handleIn(ctx, tx, it)
-	r.logFor(it).Debug().Err(err).Bool("claimed", claimed).Msg("probe")
-	return err == nil && claimed
+	cp := *it
+	cp.attempt, cp.st, cp.log = nil, nil, nil
+	res := w.r.sched.do(w, []*item{&cp}, true, txMode{dryRun: true})
+	w.r.logFor(it).Debug().Err(res.err).Bool("would_commit", res.committed).Bool("duplicate", cp.marked).Msg("probe")
+	return res.committed && !cp.marked
 }
 
 // lastCommitOf is when a message of route last committed with its

@@ -51,8 +51,8 @@ func Main(ctx context.Context, environ []string, stderr io.Writer, defaultHTTP s
 	}
 	zerolog.TimeFieldFormat = time.RFC3339Nano
 	log := zerolog.New(stderr).Level(cfg.LogLevel).With().Timestamp().Logger()
-	if cfg.KafkaIgnored != "" {
-		log.Warn().Msg(cfg.KafkaIgnored)
+	for _, w := range cfg.Warnings {
+		log.Warn().Msg(w)
 	}
 
 	reg := prometheus.NewRegistry()

@@ -11,26 +11,17 @@ import (
 
 // The idempotency mark and the message's effect share a transaction; the
 // mark's unique key is what makes a second processing of the same message
-// a no-op. Two paths write it:
-//
-//   - A message on its own (a re-run, a replay, the parked-message
-//     re-driver) claims its mark first: `INSERT … ON CONFLICT DO NOTHING
-//     RETURNING` with the pending outcome, then its handler runs, then the
-//     outcome is set. A second processor of the same message blocks on the
-//     uncommitted key until the first one ends, then sees the mark and
-//     skips the message without running its handler — or proceeds, if the
-//     first one rolled back.
-//   - A batch inserts its marks last, with their outcomes, in one
-//     statement: a mark that exists by then (a redelivery of a message
-//     already processed, or one a concurrent processor committed while the
-//     batch ran) is left out of the statement's RETURNING, and the batch is
-//     rolled back and run again without that message, which is
-//     acknowledged as a duplicate. Its handler ran, but inside a
-//     transaction that never committed. One statement per batch instead of
-//     two.
+// a no-op. Every transaction inserts its marks last, with their outcomes,
+// in one statement (tx.go): a mark that exists by then (a redelivery of a
+// message already processed, or one a concurrent processor committed while
+// the transaction ran) is left out of the statement's RETURNING, and the
+// transaction is rolled back and run again without that message, which is
+// acknowledged as a duplicate. Its handler ran, but inside a transaction
+// that never committed. A second processor of a message whose mark is
+// still uncommitted waits at the insert for the first to end.
 
-// pendingOutcome is the outcome of a claimed mark until its handler
-// returned; it is never visible after a commit.
+// pendingOutcome is the outcome of a mark inserted only to learn whether
+// it exists (processedElsewhere): its transaction always rolls back.
 const pendingOutcome = "processing"
 
 type mark struct {
@@ -73,12 +64,4 @@ RETURNING idempotency_key`,
 		inserted[k] = true
 	}
 	return inserted, rows.Err()
-}
-
-// settleMark sets the outcome of a claimed mark.
-func settleMark(ctx context.Context, tx *ent.Tx, m mark) error {
-	if _, err := tx.ExecContext(ctx, `UPDATE processed_messages SET outcome = $2 WHERE idempotency_key = $1`, m.key, string(m.outcome)); err != nil {
-		return fmt.Errorf("write the idempotency outcome: %w", err)
-	}
-	return nil
 }

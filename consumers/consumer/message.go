@@ -114,11 +114,12 @@ type messageFailure struct {
 func (f *messageFailure) Error() string { return f.err.Error() }
 func (f *messageFailure) Unwrap() error { return f.err }
 
-// FailMessage attributes a BeforeCommit failure to m, one message of the
-// batch: the batch is then handled as if m's handler had returned err — m
-// goes on alone with this failure counted as its first attempt (a
-// MSG_CONCURRENT_UPDATE is re-run, an invalid message dead-lettered), the
-// messages before it run again as a batch, the rest form a new one. A
-// BeforeCommit error that names no message replays the whole batch one
-// message at a time.
+// FailMessage attributes a Prepare or BeforeCommit failure to m, one
+// message of the transaction: it is then handled as if m's handler had
+// returned err — m goes on alone with this failure counted as its first
+// attempt (a MSG_CONCURRENT_UPDATE is re-run, an invalid message
+// dead-lettered), the messages before it run again, the rest after it. A
+// hook's error that names no message runs the messages again in smaller
+// transactions, down to one message each, where every failure is judged on
+// its own (one that every message meets holds the partition).
 func FailMessage(m *Message, err error) error { return &messageFailure{msg: m, err: err} }

@@ -4,13 +4,11 @@ import (
 	"context"
 	stdsql "database/sql"
 	"errors"
-	"fmt"
 	"strings"
 	"time"
 
 	entsql "entgo.io/ent/dialect/sql"
 	"github.com/confluentinc/confluent-kafka-go/v2/kafka"
-	"go.opentelemetry.io/otel/trace"
 
 	"github.com/pin-platform/consumers/ent"
 	"github.com/pin-platform/consumers/ent/parkedmessage"
@@ -36,9 +34,6 @@ func (w *worker) park(it *item, code Code, cause error, step int, delay time.Dur
 	infra := newInfraBackoff()
 	next := time.Now().Add(delay)
 	for {
-		if !w.takeTurn(nil) {
-			return false
-		}
 		err := r.parkRow(w.ctx, it, code, cause, step, next)
 		if err == nil {
 			break
@@ -190,8 +185,11 @@ func (r *Runtime) redriveOne(ctx context.Context) (bool, error) {
 	for {
 		it.attempts++
 		started := time.Now().UnixNano()
-		out, err := r.redriveAttempt(ctx, tx, it)
-		if err == nil {
+		// The message's transaction under a savepoint of the re-driver's:
+		// its effect and the row's removal commit together.
+		res := r.runTx(ctx, []*item{it}, txMode{outer: tx})
+		err := res.err
+		if res.committed {
 			if err := tx.ParkedMessage.DeleteOne(row).Exec(ctx); err != nil {
 				return fail(err)
 			}
@@ -199,7 +197,6 @@ func (r *Runtime) redriveOne(ctx context.Context) (bool, error) {
 				return fail(err)
 			}
 			r.committed(it)
-			it.outcome = out
 			r.finish(it, nil)
 			return true, nil
 		}
@@ -306,29 +303,6 @@ func (r *Runtime) redriveDeadLetter(ctx context.Context, tx *ent.Tx, row *ent.Pa
 	}
 	r.finish(it, cause)
 	return true, nil
-}
-
-// redriveAttempt is attempt() inside the re-driver's transaction, under a
-// savepoint: a duplicate or a failure rolls back to it.
-func (r *Runtime) redriveAttempt(ctx context.Context, tx *ent.Tx, it *item) (out Outcome, err error) {
-	r.startAttempt(it, trace.SpanContext{}, 1)
-	defer func() { r.endAttempt(it, err) }()
-	if _, err := tx.ExecContext(ctx, "SAVEPOINT redrive"); err != nil {
-		return "", err
-	}
-	var claimed bool
-	out, claimed, err = r.handleIn(ctx, tx, it)
-	if err != nil || !claimed {
-		if _, rbErr := tx.ExecContext(ctx, "ROLLBACK TO SAVEPOINT redrive"); rbErr != nil {
-			if err == nil {
-				err = rbErr
-			}
-			return "", fmt.Errorf("%w (and rollback to savepoint: %v)", err, rbErr)
-		}
-		return out, err
-	}
-	_, err = tx.ExecContext(ctx, "RELEASE SAVEPOINT redrive")
-	return out, err
 }
 
 func parkedToKafka(p *ent.ParkedMessage) *kafka.Message {

@@ -6,12 +6,14 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/google/uuid"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/pin-platform/consumers/consumers/consumer"
 	"github.com/pin-platform/consumers/consumers/consumer/consumertest"
+	"github.com/pin-platform/consumers/consumers/kafkatest"
 	"github.com/pin-platform/consumers/ent"
 )
 
@@ -20,9 +22,11 @@ type preparedKey struct{}
 // preparing is the probe with a Service.Prepare that records what it was
 // given and tags the context; the handler counts the runs that saw the tag.
 type preparing struct {
-	fail      bool
-	panics    bool // Prepare panics
-	flushFail bool
+	fail      atomic.Bool // Prepare fails
+	panics    atomic.Bool // Prepare panics
+	flushFail atomic.Bool // the BeforeCommit function fails
+	poison    uuid.UUID   // Prepare fails for any transaction holding this message
+	blame     bool        // and names it (FailMessage)
 	flushes   atomic.Int64
 	flushed   atomic.Int64 // handler runs seen by the flushes
 	early     atomic.Bool  // a flush ran before its batch's handlers had
@@ -50,11 +54,20 @@ func (p *preparing) service(reg prometheus.Registerer) consumer.Service {
 		if _, err := tx.ExecContext(ctx, `SELECT 1`); err != nil {
 			return nil, err
 		}
-		if p.fail {
+		if p.fail.Load() {
 			return nil, errors.New("prepare fails")
 		}
-		if p.panics {
+		if p.panics.Load() {
 			panic("prepare panics")
+		}
+		for _, m := range msgs {
+			if m.MessageID != p.poison {
+				continue
+			}
+			if p.blame {
+				return nil, consumer.FailMessage(m, errors.New("prepare cannot take this one"))
+			}
+			return nil, errors.New("prepare fails on a message it does not name")
 		}
 		n := len(msgs)
 		p.mu.Lock()
@@ -69,7 +82,7 @@ func (p *preparing) service(reg prometheus.Registerer) consumer.Service {
 			if _, err := tx.ExecContext(ctx, `SELECT 1`); err != nil {
 				return err
 			}
-			if p.flushFail {
+			if p.flushFail.Load() {
 				return errors.New("flush fails")
 			}
 			return nil
@@ -138,45 +151,78 @@ func TestPrepareRunsOncePerBatchWithTheMessagesToHandle(t *testing.T) {
 	}
 }
 
-func TestAFailingPrepareReplaysTheBatchOneMessageAtATime(t *testing.T) {
+// A hook that fails for every transaction (Prepare returning an error or
+// panicking, a BeforeCommit write failing) is a bug every message meets:
+// the partition holds, nothing is dead-lettered, and once it is gone every
+// message is applied once, each through Prepare.
+func TestAHookFailingForEveryMessageHoldsThePartition(t *testing.T) {
 	t.Parallel()
-	const n = 10
-	p := &preparing{fail: true}
-	r := runBatch(t, n, 2, p.service)
-	p.mu.Lock()
-	calls := p.calls
-	p.mu.Unlock()
-	if calls == 0 {
-		t.Fatal("Prepare was never called: the messages were not batched")
-	}
-	if got := p.withTag.Load(); got != 0 {
-		t.Fatalf("%d handler runs saw the context of a failed Prepare", got)
-	}
-	if got := p.untagged.Load(); got != n {
-		t.Fatalf("%d handler runs, want %d: one each, without Prepare", got, n)
-	}
-	if got := r.Counter("pin_consumer_messages_total", map[string]string{"outcome": "applied"}); got != n {
-		t.Fatalf("messages_total{applied} = %v, want %d", got, n)
+	for name, broken := range map[string]func(*preparing) *atomic.Bool{
+		"prepare fails":       func(p *preparing) *atomic.Bool { return &p.fail },
+		"prepare panics":      func(p *preparing) *atomic.Bool { return &p.panics },
+		"before-commit fails": func(p *preparing) *atomic.Bool { return &p.flushFail },
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t)
+			leadID := e.lead()
+			const n = 8
+			for i := 0; i < n; i++ {
+				_, v := envelope(leadID, "")
+				e.produce(1, v)
+			}
+			p := &preparing{}
+			broken(p).Store(true)
+			r := consumertest.Start(t, e.cluster.Bootstrap, e.url, p.service, consumertest.Options{HTTP: true})
+			faultWatch{t: t, run: r}.held(1, "systemic")
+			if got := e.events(leadID); got != 0 {
+				t.Fatalf("lead_events = %d while the hook fails, want 0", got)
+			}
+			if got := e.cluster.Count(t, probeDLQ); got != 0 {
+				t.Fatalf("DLQ holds %d while every message fails, want 0", got)
+			}
+			broken(p).Store(false)
+			e.waitCommitted(n)
+			if got := e.events(leadID); got != n {
+				t.Fatalf("lead_events = %d, want %d (each message once)", got, n)
+			}
+			if got := p.untagged.Load(); got != 0 {
+				t.Fatalf("%d handler runs without Prepare, want 0: every transaction is prepared", got)
+			}
+			checkOutcomes(t, r, map[consumer.Outcome]int{consumer.Applied: n})
+		})
 	}
 }
 
-func TestAFailingBeforeCommitReplaysTheBatchOneMessageAtATime(t *testing.T) {
+// A Prepare that fails on one message of the transaction: when it names it
+// (FailMessage), that message alone fails; when it does not, the messages
+// run in smaller transactions until it is alone. Either way the others
+// are applied through Prepare and the poison one, its failure its own (the
+// others commit), reaches the DLQ.
+func TestAPrepareFailingOnOneMessageDeadLettersThatMessageAlone(t *testing.T) {
 	t.Parallel()
-	const n = 10
-	p := &preparing{flushFail: true}
-	runBatch(t, n, 0, p.service) // each message once: the failed batches rolled back
-	if p.flushes.Load() == 0 {
-		t.Fatal("BeforeCommit never ran: the messages were not batched")
-	}
-	// The batched messages ran twice: in the batch, then on their own.
-	p.mu.Lock()
-	batched := int64(len(p.given))
-	p.mu.Unlock()
-	if got, want := p.withTag.Load(), batched; got != want {
-		t.Fatalf("%d runs in batches, want %d", got, want)
-	}
-	if got := p.untagged.Load(); got != n {
-		t.Fatalf("%d runs on their own, want %d", got, n)
+	for name, blame := range map[string]bool{"named": true, "not named": false} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t)
+			leadID := e.lead()
+			const n = 9
+			p := &preparing{blame: blame}
+			p.poison = e.produceOneAmong(leadID, n, 4, "")
+			r := consumertest.Start(t, e.cluster.Bootstrap, e.url, p.service, consumertest.Options{})
+			e.waitCommitted(n)
+			dlq := e.cluster.ReadAll(t, probeDLQ, 1, 10*time.Second)
+			if len(dlq) != 1 || kafkatest.Header(dlq[0], "x-dlq-error-code") != consumer.ProcessingFailed.Name {
+				t.Fatalf("DLQ: %d records, want the poison message with %s", len(dlq), consumer.ProcessingFailed.Name)
+			}
+			if got := e.events(leadID); got != n-1 {
+				t.Fatalf("lead_events = %d, want %d", got, n-1)
+			}
+			if got := p.untagged.Load(); got != 0 {
+				t.Fatalf("%d handler runs without Prepare, want 0", got)
+			}
+			checkOutcomes(t, r, map[consumer.Outcome]int{consumer.Applied: n - 1, consumer.DeadLettered: 1})
+		})
 	}
 }
 
@@ -220,12 +266,13 @@ func TestABeforeCommitFailureOfOneMessageIsThatMessagesFirstAttempt(t *testing.T
 		e.produce(1, v)
 	}
 	p := &preparing{}
+	var blamedOnce atomic.Bool // the flush loses its race once
 	build := func(reg prometheus.Registerer) consumer.Service {
 		svc := p.service(reg)
 		prep := svc.Prepare
 		svc.Prepare = func(ctx context.Context, tx *ent.Tx, msgs []*consumer.Message) (context.Context, error) {
 			for _, m := range msgs {
-				if m.MessageID == failing {
+				if m.MessageID == failing && !blamedOnce.Swap(true) {
 					consumer.BeforeCommit(ctx, func(context.Context) error {
 						return consumer.FailMessage(m, probeConflict.Errorf("the flush lost a race on it"))
 					})
@@ -242,25 +289,15 @@ func TestABeforeCommitFailureOfOneMessageIsThatMessagesFirstAttempt(t *testing.T
 		t.Fatalf("lead_events = %d, want %d (each message once)", got, n)
 	}
 	// The blamed message went on alone: one retry-now of its code, then
-	// applied without Prepare; the others were applied in batches.
+	// applied (prepared, as every transaction is); the others in batches.
 	if got := r.Counter("pin_consumer_retries_total", map[string]string{"code": probeConflict.Name}); got != 1 {
 		t.Fatalf("retries{%s} = %v, want 1 (the flush's failure was its first attempt)", probeConflict.Name, got)
 	}
-	if got := p.untagged.Load(); got != 1 {
-		t.Fatalf("%d runs on their own, want 1 (the blamed message's re-run)", got)
+	if got := p.untagged.Load(); got != 0 {
+		t.Fatalf("%d handler runs without Prepare, want 0", got)
 	}
 	if got := r.Counter("pin_consumer_messages_total", map[string]string{"outcome": "applied"}); got != n {
 		t.Fatalf("messages_total{applied} = %v, want %d", got, n)
-	}
-}
-
-func TestAPanickingPrepareReplaysTheBatchOneMessageAtATime(t *testing.T) {
-	t.Parallel()
-	const n = 6
-	p := &preparing{panics: true}
-	runBatch(t, n, 0, p.service) // the process survived, the partition went on
-	if got := p.untagged.Load(); got != n {
-		t.Fatalf("%d runs on their own, want %d", got, n)
 	}
 }
 

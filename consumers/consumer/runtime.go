@@ -68,12 +68,9 @@ type Runtime struct {
 	mu      sync.Mutex
 	workers map[int32]*worker
 
-	// turns holds a token per partition transaction running when
-	// CONSUMER_MAX_TRANSACTIONS caps them (nil: no cap).
-	turns chan struct{}
-	// share gathers partitions' runs into shared transactions
-	// (CONSUMER_SHARED_TRANSACTIONS; nil: off).
-	share *sharer
+	// sched runs every transaction of the workers, at most
+	// CONSUMER_TRANSACTIONS at once, sharing them between partitions.
+	sched *scheduler
 
 	// commits holds, per route (EventType), when a message last committed
 	// with its handler's effect (unix nanos): the evidence that an
@@ -139,12 +136,7 @@ func New(cfg Config, svc Service, client *ent.Client, db *sql.DB, opts Options) 
 	for _, rt := range svc.Routes {
 		r.commits[rt.EventType] = new(atomic.Int64)
 	}
-	if cfg.MaxTransactions > 0 {
-		r.turns = make(chan struct{}, cfg.MaxTransactions)
-	}
-	if cfg.SharedTransactions > 0 {
-		r.share = newSharer(cfg.SharedTransactions, sharedLimit*cfg.BatchSize)
-	}
+	r.sched = newScheduler(cfg.Transactions, sharedLimit*cfg.BatchSize)
 	if r.reg == nil {
 		r.reg = prometheus.NewRegistry()
 		r.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))

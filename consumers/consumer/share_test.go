@@ -22,7 +22,7 @@ func queueBehindAHold(t *testing.T, e *env, leadID uuid.UUID, p1, p2 []string) (
 	id, v := envelope(leadID, "hold")
 	h := holdMessage(t, id)
 	e.produce(0, v)
-	r := consumertest.Start(t, e.cluster.Bootstrap, e.url, (&preparing{}).service, consumertest.Options{SharedTransactions: 1})
+	r := consumertest.Start(t, e.cluster.Bootstrap, e.url, (&preparing{}).service, consumertest.Options{Transactions: 1})
 	select {
 	case <-h.started:
 	case <-time.After(30 * time.Second):

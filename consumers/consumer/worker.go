@@ -39,11 +39,6 @@ type worker struct {
 	resumeFrom     kafka.Offset
 	lastDispatched kafka.Offset
 
-	// hasTurn: the worker holds one of r.turns. Set by the worker; cleared
-	// by whoever gives the turn back first (the worker, or stopWorkers for
-	// a worker it leaves behind).
-	hasTurn atomic.Bool
-
 	// items is the batch being handled, and carry the messages taken out
 	// of in to be probed (probeUpcoming), handled before the next ones of in.
 	// Owned by the worker's goroutine.
@@ -212,9 +207,6 @@ func (r *Runtime) stopWorkers(ps []int32) {
 			case <-w.done:
 			case <-grace:
 				r.log.Error().Int32("partition", w.tp.Partition).Msg("worker does not stop: left behind")
-				for _, w := range ws { // they may be blocked in a read: their turns go to the others
-					w.giveTurn()
-				}
 				return
 			}
 		}
@@ -303,7 +295,6 @@ func (r *Runtime) adjustPauses() {
 
 func (w *worker) run() {
 	defer close(w.done)
-	defer w.giveTurn()
 	batch := make([]queued, 0, w.r.cfg.BatchSize)
 	for {
 		select { // a stop wins over queued messages
@@ -315,15 +306,7 @@ func (w *worker) run() {
 		if !ok {
 			return
 		}
-		// With a cap on concurrent transactions, wait for a turn
-		// before the batch is gathered: what arrives meanwhile joins it.
-		// A stop ends the wait. Busy from here: a worker starved of
-		// turns has work, and /readyz should say so.
-		w.busy.Store(true)
-		if !w.takeTurn(w.quit) {
-			w.busy.Store(false)
-			return
-		}
+		w.busy.Store(true) // from here: a worker waiting for a lane has work, and /readyz should say so
 		batch = append(batch[:0], q)
 		for len(batch) < w.r.cfg.BatchSize {
 			q, ok := w.next(false)
@@ -336,7 +319,6 @@ func (w *worker) run() {
 		ok = w.handle(batch)
 		w.r.m.inFlight.Sub(float64(len(batch)))
 		w.busy.Store(false)
-		w.giveTurn()
 		if !ok {
 			return // abandoned: stopping
 		}
@@ -366,11 +348,9 @@ func (w *worker) ack(offset kafka.Offset) {
 }
 
 // sleep waits d, or less when the worker is stopping; it reports whether
-// the worker should go on. A worker does not keep its transaction turn
-// while it backs off: its next transaction takes one again (every place
-// that opens one, processBatch, attempt and park, calls takeTurn first).
+// the worker should go on. A worker holds no lane while it waits (lanes are
+// taken per transaction).
 func (w *worker) sleep(d time.Duration) bool {
-	w.giveTurn()
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
@@ -380,37 +360,6 @@ func (w *worker) sleep(d time.Duration) bool {
 		return false
 	case <-w.ctx.Done():
 		return false
-	}
-}
-
-// takeTurn waits for one of the CONSUMER_MAX_TRANSACTIONS turns (at once
-// without a cap, or when the worker holds one already). It gives up when
-// the drain budget is spent (w.ctx) or stop is closed: the run loop passes
-// w.quit, as a stop wins over a batch not yet started; in the middle of a
-// batch nil, as in-flight work goes on until the budget is spent. It
-// reports whether the worker holds a turn.
-func (w *worker) takeTurn(stop <-chan struct{}) bool {
-	if w.r.turns == nil || w.hasTurn.Load() {
-		return true
-	}
-	if w.ctx.Err() != nil {
-		return false
-	}
-	select {
-	case w.r.turns <- struct{}{}:
-		w.hasTurn.Store(true)
-		return true
-	case <-stop:
-		return false
-	case <-w.ctx.Done():
-		return false
-	}
-}
-
-// giveTurn gives the worker's turn back, if it holds one.
-func (w *worker) giveTurn() {
-	if w.hasTurn.CompareAndSwap(true, false) {
-		<-w.r.turns
 	}
 }
 

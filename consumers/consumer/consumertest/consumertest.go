@@ -26,15 +26,14 @@ import (
 
 // Options tune Start. Zero values give a fast test configuration.
 type Options struct {
-	RetryTimeScale     float64 // default 0.001: 1 s of backoff becomes 1 ms
-	BatchSize          int     // default 64
-	QueueSize          int
-	Kafka              kafka.ConfigMap // extra librdkafka properties
-	TracerProvider     trace.TracerProvider
-	HTTP               bool // serve /metrics, /healthz, /readyz on 127.0.0.1:0
-	Logger             *zerolog.Logger
-	MaxTransactions    int // CONSUMER_MAX_TRANSACTIONS; 0: no cap
-	SharedTransactions int // CONSUMER_SHARED_TRANSACTIONS; 0: the default (consumer.DefaultSharedTransactions), < 0: off
+	RetryTimeScale float64 // default 0.001: 1 s of backoff becomes 1 ms
+	BatchSize      int     // default 64
+	QueueSize      int
+	Kafka          kafka.ConfigMap // extra librdkafka properties
+	TracerProvider trace.TracerProvider
+	HTTP           bool // serve /metrics, /healthz, /readyz on 127.0.0.1:0
+	Logger         *zerolog.Logger
+	Transactions   int // CONSUMER_TRANSACTIONS; 0: the default (consumer.DefaultTransactions)
 	// SchemaVersion is the schema gate's migration; "": the newest
 	// embedded one (migrate.Latest), as the binaries run.
 	SchemaVersion string
@@ -67,11 +66,8 @@ func Start(t testing.TB, brokers, dbURL string, build func(prometheus.Registerer
 	if o.QueueSize == 0 {
 		o.QueueSize = 256
 	}
-	switch {
-	case o.SharedTransactions == 0:
-		o.SharedTransactions = consumer.DefaultSharedTransactions
-	case o.SharedTransactions < 0:
-		o.SharedTransactions = 0
+	if o.Transactions == 0 {
+		o.Transactions = consumer.DefaultTransactions
 	}
 	if o.SchemaVersion == "" {
 		v, err := migrate.Latest()
@@ -93,20 +89,19 @@ func Start(t testing.TB, brokers, dbURL string, build func(prometheus.Registerer
 		km[k] = v
 	}
 	cfg := consumer.Config{
-		Brokers:            brokers,
-		DatabaseURL:        dbURL,
-		LogLevel:           zerolog.DebugLevel,
-		RetryTimeScale:     o.RetryTimeScale,
-		Kafka:              km,
-		BatchSize:          o.BatchSize,
-		QueueSize:          o.QueueSize,
-		DrainTimeout:       5 * time.Second,
-		StuckAfter:         time.Minute,
-		ParkedPoll:         time.Second,
-		SchemaRecheck:      o.SchemaRecheck,
-		DBMaxConns:         8,
-		MaxTransactions:    o.MaxTransactions,
-		SharedTransactions: o.SharedTransactions,
+		Brokers:        brokers,
+		DatabaseURL:    dbURL,
+		LogLevel:       zerolog.DebugLevel,
+		RetryTimeScale: o.RetryTimeScale,
+		Kafka:          km,
+		BatchSize:      o.BatchSize,
+		QueueSize:      o.QueueSize,
+		DrainTimeout:   5 * time.Second,
+		StuckAfter:     time.Minute,
+		ParkedPoll:     time.Second,
+		SchemaRecheck:  o.SchemaRecheck,
+		DBMaxConns:     8,
+		Transactions:   o.Transactions,
 	}
 	if o.HTTP {
 		cfg.HTTPAddr = "127.0.0.1:0"

@@ -1,6 +1,7 @@
 package consumer
 
 import (
+	"context"
 	"errors"
 	"testing"
 	"time"
@@ -8,43 +9,49 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// shareFixture is a sharer with one lane over workers that only wait: its
-// transactions are a stand-in that records the runs it was given.
-type shareFixture struct {
+// schedFixture is a scheduler with one lane over workers that only wait:
+// its transactions are a stand-in that records the runs it was given.
+type schedFixture struct {
 	t     *testing.T
-	s     *sharer
+	s     *scheduler
 	r     *Runtime
 	ran   chan []*worker // per stand-in transaction: the workers of its runs
 	owner map[*item]*worker
 }
 
-func newShareFixture(t *testing.T) *shareFixture {
-	f := &shareFixture{t: t, s: newSharer(1, 100), ran: make(chan []*worker, 10), owner: map[*item]*worker{}}
+func newSchedFixture(t *testing.T) *schedFixture {
+	f := &schedFixture{t: t, s: newScheduler(1, 100), ran: make(chan []*worker, 10), owner: map[*item]*worker{}}
 	f.r = &Runtime{m: newMetrics(prometheus.NewRegistry(), Service{}, nil)}
-	f.s.commit = func(_ *worker, items []*item) (bool, int, error) {
+	f.s.tx = func(_ *worker, items []*item, _ txMode) txResult {
 		var ws []*worker
 		for _, it := range items {
 			ws = append(ws, f.owner[it])
 		}
 		f.ran <- ws
-		return true, -1, nil
+		return txResult{committed: true}
 	}
 	return f
 }
 
-// start offers a run of one message of a new worker; its result arrives
-// on the returned channel.
-func (f *shareFixture) start() (*worker, chan shared) {
-	w := newTurnWorker(f.r)
+// newIdleWorker is a worker with only what the scheduler uses.
+func newIdleWorker(r *Runtime) *worker {
+	ctx, cancel := context.WithCancel(context.Background())
+	return &worker{r: r, quit: make(chan struct{}), ctx: ctx, cancel: cancel}
+}
+
+// start offers a run of one message of a new worker (alone: a run that
+// shares nothing); its result arrives on the returned channel.
+func (f *schedFixture) start(alone bool) (*worker, chan txResult) {
+	w := newIdleWorker(f.r)
 	f.t.Cleanup(w.cancel)
 	it := &item{}
 	f.owner[it] = w
-	res := make(chan shared, 1)
-	go func() { res <- f.s.run(w, []*item{it}) }()
+	res := make(chan txResult, 1)
+	go func() { res <- f.s.do(w, []*item{it}, alone, txMode{}) }()
 	return w, res
 }
 
-func (f *shareFixture) waitPending(n int) {
+func (f *schedFixture) waitPending(n int) {
 	f.t.Helper()
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
 		f.s.mu.Lock()
@@ -60,18 +67,18 @@ func (f *shareFixture) waitPending(n int) {
 }
 
 // twoWaiting holds the lane and queues two runs behind it, in order.
-func (f *shareFixture) twoWaiting() (a *worker, resA chan shared, b *worker, resB chan shared) {
+func (f *schedFixture) twoWaiting() (a *worker, resA chan txResult, b *worker, resB chan txResult) {
 	f.t.Helper()
 	f.s.leaders = 1 // the lane is held
-	a, resA = f.start()
+	a, resA = f.start(false)
 	f.waitPending(1)
-	b, resB = f.start()
+	b, resB = f.start(false)
 	f.waitPending(2)
 	return a, resA, b, resB
 }
 
 // noneRan fails the test if a transaction ran.
-func (f *shareFixture) noneRan() {
+func (f *schedFixture) noneRan() {
 	f.t.Helper()
 	select {
 	case ws := <-f.ran:
@@ -80,21 +87,27 @@ func (f *shareFixture) noneRan() {
 	}
 }
 
-func (f *shareFixture) leaders() int {
+func (f *schedFixture) leaders() int {
 	f.s.mu.Lock()
 	defer f.s.mu.Unlock()
 	return f.s.leaders
 }
 
+func (f *schedFixture) handOn() {
+	f.s.mu.Lock()
+	f.s.handOnLocked()
+	f.s.mu.Unlock()
+}
+
 // A run still waiting for the lane when its worker's drain budget is spent
 // leaves the queue, uncommitted; the lane stays with its holder.
 func TestAWaitingRunLeavesTheQueueWhenItsBudgetIsSpent(t *testing.T) {
-	f := newShareFixture(t)
+	f := newSchedFixture(t)
 	f.s.leaders = 1 // the lane is held
-	w, res := f.start()
+	w, res := f.start(false)
 	f.waitPending(1)
 	w.cancel()
-	if got := <-res; got.ok || got.failed != -1 {
+	if got := <-res; got.committed || got.failed != nil {
 		t.Fatalf("run = %+v, want not committed, no failure of its own", got)
 	}
 	f.waitPending(0)
@@ -107,7 +120,7 @@ func TestAWaitingRunLeavesTheQueueWhenItsBudgetIsSpent(t *testing.T) {
 // A lane handed to a worker that is stopping is passed on to the next
 // waiting run; the last leader frees it. No run is left waiting.
 func TestALaneHandedToAStoppingWorkerGoesOn(t *testing.T) {
-	f := newShareFixture(t)
+	f := newSchedFixture(t)
 	b, resB, c, resC := f.twoWaiting()
 
 	// The holder finishes while b is stopping: b is promoted, and either
@@ -119,17 +132,17 @@ func TestALaneHandedToAStoppingWorkerGoesOn(t *testing.T) {
 	f.s.mu.Unlock()
 
 	gotB, gotC := <-resB, <-resC
-	if !gotC.ok {
+	if !gotC.committed {
 		t.Fatalf("c's run = %+v, want committed", gotC)
 	}
 	ws := <-f.ran
 	switch {
 	case len(ws) == 1 && ws[0] == c: // b handed the lane on; c led its own
-		if gotB.ok {
+		if gotB.committed {
 			t.Fatal("b's run committed, though b handed the lane on")
 		}
 	case len(ws) == 2 && ws[0] == b && ws[1] == c: // b led both
-		if !gotB.ok {
+		if !gotB.committed {
 			t.Fatal("b led a committed transaction, but its run is reported uncommitted")
 		}
 	default:
@@ -144,20 +157,18 @@ func TestALaneHandedToAStoppingWorkerGoesOn(t *testing.T) {
 // A leader takes every run waiting for the lane, its own first, up to the
 // limit of messages; those beyond it wait for the next transaction.
 func TestALeaderTakesTheWaitingRunsUpToTheLimit(t *testing.T) {
-	f := newShareFixture(t)
+	f := newSchedFixture(t)
 	f.s.limit = 3
 	f.s.leaders = 1 // the lane is held
 	var ws []*worker
-	var results []chan shared
+	var results []chan txResult
 	for i := 0; i < 4; i++ {
-		w, res := f.start()
+		w, res := f.start(false)
 		f.waitPending(i + 1)
 		ws = append(ws, w)
 		results = append(results, res)
 	}
-	f.s.mu.Lock()
-	f.s.handOnLocked() // the holder finishes: ws[0] leads
-	f.s.mu.Unlock()
+	f.handOn() // the holder finishes: ws[0] leads
 	first, second := <-f.ran, <-f.ran
 	if len(first) != 3 || first[0] != ws[0] || first[1] != ws[1] || first[2] != ws[2] {
 		t.Fatalf("first transaction: %d runs, want ws[0..2] in order", len(first))
@@ -166,7 +177,7 @@ func TestALeaderTakesTheWaitingRunsUpToTheLimit(t *testing.T) {
 		t.Fatalf("second transaction: %d runs, want ws[3]'s", len(second))
 	}
 	for i, res := range results {
-		if got := <-res; !got.ok {
+		if got := <-res; !got.committed {
 			t.Fatalf("run %d = %+v, want committed", i, got)
 		}
 	}
@@ -175,33 +186,34 @@ func TestALeaderTakesTheWaitingRunsUpToTheLimit(t *testing.T) {
 	}
 }
 
-// A worker that waits for a lane gives its CONSUMER_MAX_TRANSACTIONS turn
-// up: a leader, which takes a turn for its transaction, must not wait for
-// one that a run waiting for the leader's lane holds.
-func TestAWaitingRunHoldsNoTurn(t *testing.T) {
-	f := newShareFixture(t)
-	f.r.turns = make(chan struct{}, 1)
+// A run that must be alone (a message retried on its own, a probe) takes
+// a lane in its turn like any other, but no leader takes it into a shared
+// transaction and it takes none with it: the runs before and after it in
+// the queue share theirs.
+func TestARunAloneSharesNoTransaction(t *testing.T) {
+	f := newSchedFixture(t)
 	f.s.leaders = 1 // the lane is held
-	w := newTurnWorker(f.r)
-	t.Cleanup(w.cancel)
-	if !w.takeTurn(nil) { // as the run loop does before it gathers a batch
-		t.Fatal("takeTurn")
-	}
-	it := &item{}
-	f.owner[it] = w
-	res := make(chan shared, 1)
-	go func() { res <- f.s.run(w, []*item{it}) }()
+	a, resA := f.start(false)
 	f.waitPending(1)
-	for deadline := time.Now().Add(10 * time.Second); w.hasTurn.Load() || len(f.r.turns) != 0; time.Sleep(time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("a run waiting for the lane still holds its turn")
+	solo, resSolo := f.start(true)
+	f.waitPending(2)
+	b, resB := f.start(false)
+	f.waitPending(3)
+
+	f.handOn() // a leads: it takes b, not the lone run between them
+	if ws := <-f.ran; len(ws) != 2 || ws[0] != a || ws[1] != b {
+		t.Fatalf("first transaction: %v, want a's and b's runs", ws)
+	}
+	if ws := <-f.ran; len(ws) != 1 || ws[0] != solo { // then the lone run, alone
+		t.Fatalf("second transaction: %v, want the lone run only", ws)
+	}
+	for name, res := range map[string]chan txResult{"a": resA, "b": resB, "alone": resSolo} {
+		if got := <-res; !got.committed {
+			t.Fatalf("%s's run = %+v, want committed", name, got)
 		}
 	}
-	f.s.mu.Lock()
-	f.s.handOnLocked()
-	f.s.mu.Unlock()
-	if got := <-res; !got.ok {
-		t.Fatalf("run = %+v, want committed", got)
+	if n := f.leaders(); n != 0 {
+		t.Fatalf("%d lanes taken at the end, want 0", n)
 	}
 }
 
@@ -209,17 +221,15 @@ func TestAWaitingRunHoldsNoTurn(t *testing.T) {
 // the failure that shows in it (a cancelled statement, in whichever
 // handler ran) is no message's attempt. Every run goes its own way.
 func TestALeaderCancelledMidTransactionBlamesNoMessage(t *testing.T) {
-	f := newShareFixture(t)
+	f := newSchedFixture(t)
 	leader, resL, _, resF := f.twoWaiting()
-	f.s.commit = func(_ *worker, items []*item) (bool, int, error) {
-		leader.cancel()                                                            // the budget is spent mid-transaction
-		return false, 1, errors.New("pq: canceling statement due to user request") // in the follower's handler
+	f.s.tx = func(_ *worker, items []*item, _ txMode) txResult {
+		leader.cancel()                                                                                   // the budget is spent mid-transaction
+		return txResult{failed: items[1], err: errors.New("pq: canceling statement due to user request")} // in the follower's handler
 	}
-	f.s.mu.Lock()
-	f.s.handOnLocked() // the leader leads both runs
-	f.s.mu.Unlock()
-	for name, res := range map[string]chan shared{"leader": resL, "follower": resF} {
-		if got := <-res; got.ok || got.failed != -1 {
+	f.handOn() // the leader leads both runs
+	for name, res := range map[string]chan txResult{"leader": resL, "follower": resF} {
+		if got := <-res; got.committed || got.failed != nil {
 			t.Fatalf("%s's run = %+v, want not committed and no failure of its own", name, got)
 		}
 	}
@@ -228,13 +238,34 @@ func TestALeaderCancelledMidTransactionBlamesNoMessage(t *testing.T) {
 	}
 }
 
+// A handler's failure in a shared transaction is reported to its own run
+// only, with the failing message; the other runs learn only that nothing
+// committed.
+func TestAFailureInASharedTransactionGoesToItsRunOnly(t *testing.T) {
+	f := newSchedFixture(t)
+	_, resA, _, resB := f.twoWaiting()
+	boom := errors.New("boom")
+	var failing *item
+	f.s.tx = func(_ *worker, items []*item, _ txMode) txResult {
+		failing = items[1]
+		return txResult{failed: items[1], err: boom}
+	}
+	f.handOn()
+	if got := <-resA; got.committed || got.failed != nil || got.err != nil {
+		t.Fatalf("the other run = %+v, want not committed, nothing of its own", got)
+	}
+	if got := <-resB; got.committed || got.failed != failing || !errors.Is(got.err, boom) {
+		t.Fatalf("the failing run = %+v, want its message and the failure", got)
+	}
+}
+
 // A worker that is stopping does not lead: the lane goes on, and the runs
 // waiting are not taken into a transaction bound to fail.
 func TestAStoppingWorkerDoesNotLead(t *testing.T) {
-	f := newShareFixture(t)
-	w := newTurnWorker(f.r)
+	f := newSchedFixture(t)
+	w := newIdleWorker(f.r)
 	w.cancel()
-	if got := f.s.run(w, []*item{{}}); got.ok || got.failed != -1 {
+	if got := f.s.do(w, []*item{{}}, false, txMode{}); got.committed || got.failed != nil {
 		t.Fatalf("run = %+v, want not committed, no failure of its own", got)
 	}
 	if n := f.leaders(); n != 0 {

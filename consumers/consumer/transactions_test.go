@@ -35,9 +35,10 @@ func (o *overlap) build(base func(prometheus.Registerer) consumer.Service) func(
 	}
 }
 
-// CONSUMER_MAX_TRANSACTIONS caps the partition transactions that run at
-// once; without it every partition runs its own.
-func TestMaxTransactionsCapsConcurrentTransactions(t *testing.T) {
+// CONSUMER_TRANSACTIONS caps the transactions that run at once, whatever
+// the partitions: one runs them one after the other; three let them
+// overlap.
+func TestTransactionsCapConcurrentTransactions(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
 		cap      int
@@ -45,7 +46,7 @@ func TestMaxTransactionsCapsConcurrentTransactions(t *testing.T) {
 		want     string
 	}{
 		{1, func(p int64) bool { return p == 1 }, "exactly 1"},
-		{0, func(p int64) bool { return p >= 2 }, "at least 2 (the partitions overlap without a cap)"},
+		{3, func(p int64) bool { return p >= 2 && p <= 3 }, "2 or 3 (the partitions overlap, at most the cap)"},
 	} {
 		e := newEnv(t)
 		l := e.lead()
@@ -55,7 +56,7 @@ func TestMaxTransactionsCapsConcurrentTransactions(t *testing.T) {
 		}
 		var o overlap
 		r := consumertest.Start(t, e.cluster.Bootstrap, e.url, o.build(probeService(long...)),
-			consumertest.Options{BatchSize: 4, MaxTransactions: tc.cap, SharedTransactions: -1})
+			consumertest.Options{BatchSize: 4, Transactions: tc.cap})
 		e.waitCommitted(60)
 		if err := r.Stop(); err != nil {
 			t.Fatalf("cap %d: stop: %v", tc.cap, err)
@@ -70,9 +71,9 @@ func TestMaxTransactionsCapsConcurrentTransactions(t *testing.T) {
 }
 
 // A worker that backs off in place (a blocking service's RetryLater, an
-// outage) gives its turn up while it waits: with one turn, the other
-// partitions still go on.
-func TestAWorkerBackingOffGivesItsTurnUp(t *testing.T) {
+// outage) holds no lane while it waits: with one, the other partitions
+// still go on.
+func TestAWorkerBackingOffHoldsNoLane(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	blocking := func(reg prometheus.Registerer) consumer.Service {
@@ -92,7 +93,7 @@ func TestAWorkerBackingOffGivesItsTurnUp(t *testing.T) {
 		_, v = envelope(l, "")
 		e.produce(2, v)
 	}
-	r := consumertest.Start(t, e.cluster.Bootstrap, e.url, blocking, consumertest.Options{MaxTransactions: 1})
+	r := consumertest.Start(t, e.cluster.Bootstrap, e.url, blocking, consumertest.Options{Transactions: 1})
 	kafkatest.Eventually(t, 30*time.Second, func() bool { return e.events(l) == 10 },
 		"the other partitions' 10 events applied while partition 0 backs off (have %d)", e.events(l))
 	if got := e.cluster.Committed(t, probeGroup, probeTopic)[0]; got > 0 {

@@ -1,0 +1,192 @@
+package consumer
+
+import (
+	"slices"
+	"sync"
+)
+
+// The scheduler: at most CONSUMER_TRANSACTIONS transactions at once, the
+// one knob of the runtime's concurrency.
+//
+// Each partition's worker gathers its own batch. A transaction's fixed
+// cost (its BEGIN, Prepare's reads, the set-based writes, the marks, the
+// commit's flush) would be paid per partition, and at partial load the
+// batches are small. So the routable runs of the partitions that become
+// ready while the transactions run wait, then go together into the next
+// one: its leader (a waiting worker promoted when a lane frees) runs them
+// as one batch — Prepare over all of them, each partition's handlers in
+// its offset order, one insert of the marks, one commit. Rows touched
+// from several partitions are locked in key order by Prepare, as for one
+// partition's batch.
+//
+// A run that must be alone (a message retried on its own, a probe) waits
+// for a lane like any other, and takes none of the others with it.
+//
+// The guarantees are a batch's: a shared transaction commits all of its
+// runs or none. When it commits, each worker settles its own run (its
+// messages' after-commit hooks, outcome lines, and the offset of its
+// partition, stored only now). When a handler fails (or a BeforeCommit
+// blames a message through FailMessage), the failure goes to that
+// message's run, which goes on as after a failure in its own batch: the
+// failure is the message's first attempt. Every other run, and every run
+// after any other failure, runs again alone, where failures are told
+// apart. A worker still waiting when its drain budget is spent leaves the
+// queue; one whose run a leader took waits for that transaction's end.
+//
+// One lane pays the fixed part least often, but the handlers of a shared
+// transaction run one after the other on its leader's goroutine while
+// PostgreSQL waits, and PostgreSQL's work overlaps no handler's: two lanes
+// (the default) overlap them (bench/README.md).
+
+// sharedLimit × CONSUMER_BATCH_SIZE is how many messages a shared
+// transaction takes at most.
+const sharedLimit = 4
+
+type scheduler struct {
+	lanes int // transactions at once
+	limit int // messages per shared transaction (the leader's own run always goes)
+	// tx runs a transaction on the leader's worker: (*worker).tx (a
+	// stand-in in the scheduler's unit tests).
+	tx func(w *worker, items []*item, mode txMode) txResult
+
+	mu      sync.Mutex
+	leaders int        // lanes taken: leaders running, or promoted to run, a transaction
+	pending []*request // runs waiting for a lane, in arrival order
+}
+
+// request is one worker's run offered to the scheduler.
+type request struct {
+	w     *worker
+	items []*item
+	alone bool // runs in a transaction of its own, shared with no one
+	mode  txMode
+	done  chan txResult // how the transaction that took the run ended (for this run)
+	lead  chan struct{} // promoted: the worker leads the next transaction
+}
+
+func newScheduler(lanes, limit int) *scheduler {
+	return &scheduler{lanes: max(lanes, 1), limit: limit, tx: (*worker).tx}
+}
+
+// do has w's run committed, alone or in a transaction it may share with
+// the runs of other partitions, and reports how it ended for the run: its
+// failed message is one of items.
+func (s *scheduler) do(w *worker, items []*item, alone bool, mode txMode) txResult {
+	req := &request{w: w, items: items, alone: alone, mode: mode, done: make(chan txResult, 1), lead: make(chan struct{}, 1)}
+	s.mu.Lock()
+	if s.leaders < s.lanes {
+		s.leaders++
+		s.mu.Unlock()
+		return s.run(req)
+	}
+	s.pending = append(s.pending, req)
+	s.mu.Unlock()
+	select {
+	case res := <-req.done:
+		return res
+	case <-req.lead:
+		return s.run(req)
+	case <-w.ctx.Done():
+	}
+	// The drain budget is spent. Promotion and taking both remove a run
+	// from pending under mu, so under mu the run is either still waiting,
+	// promoted, or in a leader's transaction.
+	s.mu.Lock()
+	if i := slices.Index(s.pending, req); i >= 0 {
+		s.pending = slices.Delete(s.pending, i, i+1)
+		s.mu.Unlock()
+		return txResult{}
+	}
+	s.mu.Unlock()
+	select {
+	case <-req.lead: // promoted meanwhile: run hands the lane on, as w is stopping
+		return s.run(req)
+	default:
+		return <-req.done // taken: its transaction ends with its leader's
+	}
+}
+
+// run leads own's transaction: own's run, with the runs waiting now (up to
+// limit messages) unless own is alone, on own's worker; it tells the
+// others how it ended, and hands the lane on. A handler's failure (or a
+// BeforeCommit's, through FailMessage) is reported to the run of its
+// message only, so that it counts as that message's first attempt, as in a
+// batch of its own.
+func (s *scheduler) run(own *request) (res txResult) {
+	s.mu.Lock()
+	if own.w.ctx.Err() != nil { // stopping: its transaction would fail; the lane goes on
+		s.handOnLocked()
+		s.mu.Unlock()
+		return txResult{}
+	}
+	group := []*request{own}
+	n := len(own.items)
+	if !own.alone {
+		rest := s.pending[:0]
+		for _, q := range s.pending {
+			if !q.alone && n+len(q.items) <= s.limit {
+				group = append(group, q)
+				n += len(q.items)
+			} else {
+				rest = append(rest, q)
+			}
+		}
+		clear(s.pending[len(rest):]) // no references kept to the runs taken
+		s.pending = rest
+	}
+	s.mu.Unlock()
+
+	var all txResult
+	defer func() {
+		// Each run's result: committed, or the failure if it is its.
+		for i, q := range group {
+			r := txResult{committed: all.committed}
+			if all.failed != nil && slices.Contains(q.items, all.failed) {
+				r.failed, r.err = all.failed, all.err
+			} else if len(group) == 1 {
+				r.err = all.err // alone: the failure is the run's, whoever's
+			}
+			if i == 0 {
+				res = r
+			} else {
+				q.done <- r
+			}
+		}
+		s.mu.Lock()
+		s.handOnLocked()
+		s.mu.Unlock()
+	}()
+	items := own.items
+	if len(group) > 1 {
+		items = make([]*item, 0, n)
+		for _, q := range group {
+			items = append(items, q.items...)
+		}
+	}
+	m := own.w.r.m
+	if !own.alone {
+		m.sharedRuns.Observe(float64(len(group)))
+	}
+	if all = s.tx(own.w, items, own.mode); !all.committed && len(group) > 1 {
+		m.batchReruns.WithLabelValues("shared-failed").Inc()
+	}
+	if !all.committed && own.w.ctx.Err() != nil {
+		// The leader's drain budget was spent: the transaction was
+		// cancelled, and what failed in it is no message's attempt.
+		all.failed = nil
+	}
+	return res // set by the deferred function
+}
+
+// handOnLocked gives the lane of a leader that is done to the first waiting
+// run, or frees it. s.mu is held.
+func (s *scheduler) handOnLocked() {
+	if len(s.pending) == 0 {
+		s.leaders--
+		return
+	}
+	next := s.pending[0]
+	s.pending[0] = nil
+	s.pending = s.pending[1:]
+	next.lead <- struct{}{}
+}

@@ -1,0 +1,307 @@
+package consumer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime/debug"
+
+	"github.com/lib/pq"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/pin-platform/consumers/ent"
+)
+
+// One transaction of messages: the only way the runtime applies a
+// message's effects and writes its idempotency mark. A batch of one
+// partition, the runs of several partitions that share a transaction, a
+// message retried on its own, a parked message re-driven, a probe: all run
+// here.
+//
+//  1. Prepare (when the service has one) reads, and locks, what the
+//     messages touch, in one statement per table, in key order;
+//  2. each handler, in offset order, decides on what Prepare read and
+//     queues its writes (a service without Prepare writes as it goes);
+//  3. the BeforeCommit functions Prepare registered write what was
+//     queued, set-based;
+//  4. one insert of the marks, with their outcomes: a mark that is there
+//     already belongs to a message processed before (a redelivery), which
+//     is taken out, and the rest runs again;
+//  5. the commit.
+
+// txResult is how a transaction of messages ended.
+type txResult struct {
+	committed bool
+	// failed is the message whose handler failed (or that a BeforeCommit
+	// write blamed, through FailMessage); nil when the failure belongs to
+	// none (Prepare, a write, the marks, the commit) or nothing failed.
+	failed *item
+	err    error // the failure
+}
+
+// txMode says how a transaction ends, or where it runs.
+type txMode struct {
+	dryRun bool    // roll back instead of committing: a probe
+	outer  *ent.Tx // run under a savepoint of this transaction (the re-driver's), which its owner commits
+}
+
+// errRolledBack is the span status of a message whose transaction rolled
+// back for another's failure.
+var errRolledBack = errors.New("rolled back with its transaction")
+
+// writeError is a BeforeCommit write's failure that names no message: a
+// constraint the prepared view could not see (another processor's row,
+// written meanwhile) is a lost race, not the data's fault.
+type writeError struct{ err error }
+
+func (e *writeError) Error() string { return e.err.Error() }
+func (e *writeError) Unwrap() error { return e.err }
+
+// rerun says why a transaction rolled back to be run again at once.
+type rerun int
+
+const (
+	noRerun               rerun = iota
+	rerunWithoutProcessed       // messages found processed: flagged (item.marked), left out
+	rerunLostRace               // a deadlock, a serialization failure or a unique key taken meanwhile
+)
+
+// runTx runs items in one transaction (see above) under ctx, which its
+// caller cancels when its drain budget is spent. Messages found processed
+// already end as SkippedDuplicate; a transaction that lost a race (a
+// deadlock, a serialization failure, a unique key another processor took
+// meanwhile) runs again at once, lostRaceRetries times.
+func (r *Runtime) runTx(ctx context.Context, items []*item, mode txMode) txResult {
+	var shared trace.SpanContext
+	if len(items) > 1 { // shared by several messages: a span of its own, linked both ways
+		var span trace.Span
+		ctx, span = r.tracer.Start(ctx, "db.batch", trace.WithAttributes(attribute.Int("pin.batch_size", len(items))))
+		defer span.End()
+		for _, it := range items {
+			span.AddLink(trace.LinkFromContext(it.ctx))
+		}
+		shared = span.SpanContext()
+	}
+	races := 0
+	for {
+		res, again := r.txOnce(ctx, items, mode, shared, races < lostRaceRetries)
+		switch again {
+		case noRerun:
+			return res
+		case rerunLostRace:
+			races++
+		}
+	}
+}
+
+// txOnce is one transaction of runTx; again says why it rolled back to be
+// run again.
+func (r *Runtime) txOnce(ctx context.Context, items []*item, mode txMode, shared trace.SpanContext, rerace bool) (res txResult, again rerun) {
+	run := make([]bool, len(items))
+	seen := make(map[string]bool, len(items))
+	var msgs []*Message
+	for i, it := range items {
+		it.outcome, it.st = "", nil
+		if it.marked || seen[it.key] { // the same MessageId twice in one transaction: run once
+			seen[it.key] = true
+			it.outcome = SkippedDuplicate
+			continue
+		}
+		seen[it.key] = true
+		run[i] = true
+		msgs = append(msgs, it.msg)
+	}
+	// Each message's attempt spans, linked to the transaction's, end with
+	// it: committed, or rolled back with the failure of the message it
+	// belongs to (the others: rolled back with it).
+	for i, it := range items {
+		if run[i] && !mode.dryRun { // a probe leaves no trace in its message's
+			r.startAttempt(it, shared, len(msgs))
+		}
+	}
+	defer func() {
+		for _, it := range items {
+			var cause error
+			switch {
+			case res.committed:
+			case it == res.failed:
+				cause = res.err
+			default:
+				cause = errRolledBack
+			}
+			r.endAttempt(it, cause)
+		}
+	}()
+	if len(msgs) == 0 { // every message a duplicate: nothing to write
+		return txResult{committed: true}, noRerun
+	}
+	tx, err := r.beginTx(ctx, mode)
+	if err != nil {
+		return txResult{err: err}, noRerun
+	}
+	fail := func(res txResult) (txResult, rerun) {
+		r.rollbackTx(ctx, tx, mode)
+		return res, noRerun
+	}
+
+	hctx := ctx
+	b := &batch{}
+	if r.svc.Prepare != nil {
+		if err := r.guarded("prepare", func() (err error) {
+			hctx, err = r.svc.Prepare(context.WithValue(ctx, batchKey{}, b), tx, msgs)
+			return err
+		}); err != nil {
+			if it := blamed(items, run, err); it != nil {
+				var mf *messageFailure
+				errors.As(err, &mf)
+				return fail(txResult{failed: it, err: mf.err})
+			}
+			return fail(txResult{err: fmt.Errorf("prepare: %w", err)})
+		}
+		if hctx == nil {
+			hctx = ctx
+		}
+	}
+	marks := make([]mark, 0, len(msgs))
+	for i, it := range items {
+		if !run[i] {
+			continue
+		}
+		out, err := r.call(hctx, tx, it)
+		if err != nil {
+			return fail(txResult{failed: it, err: err})
+		}
+		it.outcome = out
+		marks = append(marks, mark{it.key, it.msg.Partition, it.msg.Offset, out})
+	}
+	for _, fn := range b.beforeCommit {
+		if err := r.guarded("before-commit", func() error { return fn(hctx) }); err != nil {
+			r.rollbackTx(ctx, tx, mode)
+			if it := blamed(items, run, err); it != nil {
+				var mf *messageFailure
+				errors.As(err, &mf)
+				return txResult{failed: it, err: mf.err}, noRerun
+			}
+			if uniqueTaken(err) && rerace { // another processor's row, written since Prepare read
+				r.m.retry(Infrastructure, "23505")
+				r.m.batchReruns.WithLabelValues("lost-race").Inc()
+				return txResult{}, rerunLostRace
+			}
+			return txResult{err: &writeError{err}}, noRerun
+		}
+	}
+	inserted, err := insertMarks(ctx, tx, r.svc.Group, r.svc.Topic, marks)
+	if err != nil {
+		r.rollbackTx(ctx, tx, mode)
+		if c := lostRace(err); c != "" && rerace {
+			r.m.retry(Infrastructure, c)
+			r.m.batchReruns.WithLabelValues("lost-race").Inc()
+			r.log.Info().Err(err).Int("batch", len(items)).Msg("marks lost a race: again")
+			return txResult{}, rerunLostRace
+		}
+		return txResult{err: err}, noRerun
+	}
+	if len(inserted) < len(marks) {
+		r.rollbackTx(ctx, tx, mode)
+		for i, it := range items {
+			if run[i] && !inserted[it.key] {
+				it.marked = true
+			}
+		}
+		r.m.batchReruns.WithLabelValues("processed-already").Inc()
+		return txResult{}, rerunWithoutProcessed
+	}
+	if mode.dryRun {
+		r.rollbackTx(ctx, tx, mode)
+		return txResult{committed: true}, noRerun // would have: the probe's answer
+	}
+	if err := r.commitTx(ctx, tx, mode); err != nil {
+		return txResult{err: fmt.Errorf("commit: %w", err)}, noRerun
+	}
+	r.m.batchSize.Observe(float64(len(items)))
+	return txResult{committed: true}, noRerun
+}
+
+// blamed is the message of the transaction that a hook's failure names
+// (FailMessage), or nil.
+func blamed(items []*item, run []bool, err error) *item {
+	var mf *messageFailure
+	if !errors.As(err, &mf) {
+		return nil
+	}
+	for i, it := range items {
+		if run[i] && it.msg == mf.msg {
+			return it
+		}
+	}
+	return nil
+}
+
+// savepoint is the savepoint a transaction runs under in another's.
+const savepoint = "pin_messages"
+
+func (r *Runtime) beginTx(ctx context.Context, mode txMode) (*ent.Tx, error) {
+	if mode.outer == nil {
+		return r.client.Tx(ctx)
+	}
+	if _, err := mode.outer.ExecContext(ctx, "SAVEPOINT "+savepoint); err != nil {
+		return nil, err
+	}
+	return mode.outer, nil
+}
+
+func (r *Runtime) rollbackTx(ctx context.Context, tx *ent.Tx, mode txMode) {
+	if mode.outer == nil {
+		_ = tx.Rollback()
+		return
+	}
+	_, _ = tx.ExecContext(ctx, "ROLLBACK TO SAVEPOINT "+savepoint)
+}
+
+func (r *Runtime) commitTx(ctx context.Context, tx *ent.Tx, mode txMode) error {
+	if mode.outer == nil {
+		return tx.Commit()
+	}
+	_, err := tx.ExecContext(ctx, "RELEASE SAVEPOINT "+savepoint)
+	return err
+}
+
+// uniqueTaken reports a unique or exclusion constraint violated (23505,
+// 23P01).
+func uniqueTaken(err error) bool {
+	var pqErr *pq.Error
+	return errors.As(err, &pqErr) && (pqErr.Code == "23505" || pqErr.Code == "23P01")
+}
+
+// guarded runs a service's transaction hook (Prepare, a BeforeCommit
+// function). A panic becomes an error, logged with its stack: the message
+// then fails as on any error (a batch runs again one message at a time,
+// where a lone message's panicking Prepare is an unexpected failure),
+// instead of the process crashing on the same batch after every restart.
+func (r *Runtime) guarded(what string, fn func() error) (err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			r.log.Error().Str("panic", fmt.Sprint(p)).Str("stack", string(debug.Stack())).Msg(what + " panicked")
+			err = fmt.Errorf("%s panicked: %v", what, p)
+		}
+	}()
+	return fn()
+}
+
+// call runs the route's handler for one attempt, with a fresh per-attempt
+// state. A panic is turned into an error of the service's invalid code: the
+// message goes to the DLQ (where it can be replayed after a fix) instead of
+// crashing the process or stalling the partition.
+func (r *Runtime) call(ctx context.Context, tx *ent.Tx, it *item) (out Outcome, err error) {
+	it.st = &state{}
+	defer func() {
+		if p := recover(); p != nil {
+			r.logFor(it).Error().Str("panic", fmt.Sprint(p)).Str("stack", string(debug.Stack())).Msg("handler panicked")
+			err = r.svc.InvalidCode.Errorf("handler panicked: %v", p)
+		}
+	}()
+	ctx = handlerContext(ctx, it)
+	ctx = r.logFor(it).WithContext(ctx)
+	return it.route.Handle(withState(ctx, it.st), tx, it.msg)
+}
