@@ -33,8 +33,8 @@ endif
 ## fuzz: each fuzz target in turn for FUZZTIME (make fuzz FUZZTIME=10m).
 ## Their seed corpora are under each package's testdata/fuzz, which plain
 ## `go test` runs; what the fuzzer learns stays in Go's cache
-## ($(go env GOCACHE)/fuzz). A failing input is written to testdata/fuzz:
-## commit it with the fix. FUZZFLAGS: -parallel 2 (workers).
+## ($(go env GOCACHE)/fuzz). Every target runs; a failing input is written
+## to testdata/fuzz: commit it with the fix. FUZZFLAGS: -parallel 2 (workers).
 FUZZTIME  ?= 30s
 FUZZFLAGS ?= -parallel 2
 FUZZ_TARGETS := \
@@ -48,11 +48,12 @@ FUZZ_TARGETS := \
 
 fuzz: build
 ifdef DATABASE_URL
-	@set -e; for t in $(FUZZ_TARGETS); do \
+	@failed=""; for t in $(FUZZ_TARGETS); do \
 		pkg=./$${t%%:*}; name=$${t##*:}; \
 		echo "== $$name ($$pkg), $(FUZZTIME)"; \
-		$(GO) test -run '^$$' -fuzz "^$$name\$$" -fuzztime $(FUZZTIME) $(FUZZFLAGS) $$pkg; \
-	done
+		$(GO) test -run '^$$' -fuzz "^$$name\$$" -fuzztime $(FUZZTIME) $(FUZZFLAGS) $$pkg || failed="$$failed $$name"; \
+	done; \
+	if [ -n "$$failed" ]; then echo "fuzz: failed:$$failed (inputs under testdata/fuzz)"; exit 1; fi
 else
 	$(BIN)/pinctl pg exec -- $(MAKE) --no-print-directory fuzz FUZZTIME=$(FUZZTIME) FUZZFLAGS='$(FUZZFLAGS)'
 endif
