@@ -2,6 +2,7 @@ package crm
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	"github.com/google/uuid"
@@ -99,13 +100,20 @@ func decode(m *consumer.Message) (p wirePayload, ev SelectionShared, err error) 
 		return p, ev, err
 	}
 	ev, verr := p.validate()
-	if verr != nil {
-		if verr.unknownAction {
-			return p, ev, CodeUnknownAction.Wrap(verr)
-		}
-		return p, ev, CodeEventInvalid.Wrap(verr)
+	// A time beyond MAX_CLOCK_SKEW is a fault too: an unknown Action is
+	// CRM_SELECTION_UNKNOWN_ACTION only when it is the payload's one fault.
+	timeErr := m.CheckTime("OccurredAt", ev.OccurredAt) // nil for an OccurredAt that could not be read (zero)
+	if verr == nil {
+		return p, ev, timeErr
 	}
-	return p, ev, m.CheckTime("OccurredAt", ev.OccurredAt)
+	var late *consumer.Error
+	if errors.As(timeErr, &late) {
+		verr.problems, verr.unknownAction = append(verr.problems, late.Err.Error()), false
+	}
+	if verr.unknownAction {
+		return p, ev, CodeUnknownAction.Wrap(verr)
+	}
+	return p, ev, CodeEventInvalid.Wrap(verr)
 }
 
 // leadNotFound counts and logs an attempt that found no Active lead and
