@@ -9,7 +9,7 @@ GOLANGCI  := $(GO) tool -modfile=tools/go.mod golangci-lint
 # there are cores.
 TESTFLAGS ?= -count=1 -parallel 8 -timeout 20m
 
-.PHONY: all build run test generate generate-check migrate-diff migrate-lint migrate-plan lint bench chaos clean clean-data
+.PHONY: all build run test fuzz generate generate-check migrate-diff migrate-lint migrate-plan lint bench chaos clean clean-data
 
 all: build
 
@@ -29,6 +29,34 @@ ifdef DATABASE_URL
 	PIN_CONSUMERS_BIN=$(CURDIR)/$(BIN) $(GO) test $(TESTFLAGS) ./...
 else
 	PIN_CONSUMERS_BIN=$(CURDIR)/$(BIN) $(BIN)/pinctl pg exec -- $(GO) test $(TESTFLAGS) ./...
+endif
+
+## fuzz: each fuzz target in turn for FUZZTIME (make fuzz FUZZTIME=10m).
+## Their seed corpora are under each package's testdata/fuzz, which plain
+## `go test` runs; what the fuzzer learns stays in Go's cache
+## ($(go env GOCACHE)/fuzz). Every target runs; a failing input is written
+## to testdata/fuzz: commit it with the fix. FUZZFLAGS: -parallel 2 (workers).
+FUZZTIME  ?= 30s
+FUZZFLAGS ?= -parallel 2
+FUZZ_TARGETS := \
+	consumers/consumer:FuzzDecodeEnvelope \
+	consumers/consumer:FuzzDecodePayload \
+	consumers/messenger:FuzzDecodeMessenger \
+	consumers/messenger:FuzzReconcile \
+	consumers/rewards:FuzzDecodeRewards \
+	consumers/rewards:FuzzDecide \
+	consumers/crm:FuzzDecodeCRM
+
+fuzz: build
+ifdef DATABASE_URL
+	@failed=""; for t in $(FUZZ_TARGETS); do \
+		pkg=./$${t%%:*}; name=$${t##*:}; \
+		echo "== $$name ($$pkg), $(FUZZTIME)"; \
+		$(GO) test -run '^$$' -fuzz "^$$name\$$" -fuzztime $(FUZZTIME) $(FUZZFLAGS) $$pkg || failed="$$failed $$name"; \
+	done; \
+	if [ -n "$$failed" ]; then echo "fuzz: failed:$$failed (inputs under testdata/fuzz)"; exit 1; fi
+else
+	$(BIN)/pinctl pg exec -- $(MAKE) --no-print-directory fuzz FUZZTIME=$(FUZZTIME) FUZZFLAGS='$(FUZZFLAGS)'
 endif
 
 ## generate: the ent client from schema/.

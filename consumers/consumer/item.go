@@ -68,15 +68,8 @@ func (r *Runtime) decode(it *item) {
 		it.decodeErr = err
 		return
 	}
-	it.msg = &Message{
-		Envelope:  env,
-		Topic:     r.svc.Topic,
-		Partition: km.TopicPartition.Partition,
-		Offset:    int64(km.TopicPartition.Offset),
-		Key:       km.Key,
-		invalid:   r.svc.InvalidCode,
-		maxSkew:   r.cfg.MaxClockSkew,
-	}
+	it.msg = NewMessage(env, r.svc.InvalidCode, r.cfg.MaxClockSkew)
+	it.msg.Topic, it.msg.Partition, it.msg.Offset, it.msg.Key = r.svc.Topic, km.TopicPartition.Partition, int64(km.TopicPartition.Offset), km.Key
 	if skew := r.cfg.MaxClockSkew; env.Problem() == nil && env.CreatedAt.After(time.Now().Add(skew)) {
 		it.msg.problem = fmt.Errorf("CreatedAt %s is more than %s in the future (MAX_CLOCK_SKEW)", env.CreatedAt.Format(time.RFC3339), skew)
 	}

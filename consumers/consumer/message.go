@@ -23,6 +23,16 @@ type Message struct {
 	decoded any           // the last DecodePayload's result (*decoded[P])
 }
 
+// NewMessage is the Message the runtime hands a service's handlers for env:
+// DecodePayload, Invalid and CheckTime report with invalid (the service's
+// InvalidCode), and CheckTime refuses a time more than maxSkew ahead (no
+// limit when maxSkew ≤ 0). The runtime then sets where the message came
+// from (Topic, Partition, Offset, Key). Tests and fuzz targets use it to run
+// a service's decoding as the runtime does.
+func NewMessage(env Envelope, invalid Code, maxSkew time.Duration) *Message {
+	return &Message{Envelope: env, invalid: invalid, maxSkew: maxSkew}
+}
+
 // Outcome is the result of a handled message, by its log name. The name is
 // stored in processed_messages.outcome and used as a metric label.
 type Outcome string

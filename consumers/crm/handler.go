@@ -2,6 +2,7 @@ package crm
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	"github.com/google/uuid"
@@ -24,19 +25,9 @@ func (h *handler) handle(ctx context.Context, tx *ent.Tx, m *consumer.Message) (
 	log := zerolog.Ctx(ctx)
 	// The runtime logs "consumed"; every later line of the message (its
 	// outcome, parked, dead-lettered) carries these fields.
-	p, decodeErr := consumer.DecodePayload[wirePayload](m)
+	p, ev, err := decode(m)
 	consumer.LogFields(ctx, p.logFields)
-	if decodeErr != nil {
-		return "", decodeErr
-	}
-	ev, verr := p.validate()
-	if verr != nil {
-		if verr.unknownAction {
-			return "", CodeUnknownAction.Wrap(verr)
-		}
-		return "", CodeEventInvalid.Wrap(verr)
-	}
-	if err := m.CheckTime("OccurredAt", ev.OccurredAt); err != nil {
+	if err != nil {
 		return "", err
 	}
 	if ev.TitleTruncated() {
@@ -48,10 +39,7 @@ func (h *handler) handle(ctx context.Context, tx *ent.Tx, m *consumer.Message) (
 	// The feed's own idempotency layer (source_message_id) first: an event
 	// applied already is a duplicate whatever its lead became since.
 	b := batchOf(ctx)
-	var (
-		dupOf uuid.UUID // the lead whose feed has the message's entry
-		err   error
-	)
+	var dupOf uuid.UUID // the lead whose feed has the message's entry
 	if b != nil {
 		dupOf = b.inFeed[m.MessageID] // prepare looked for the whole batch
 	} else if dupOf, err = inFeed(ctx, tx, m.MessageID); err != nil {
@@ -101,6 +89,31 @@ func (h *handler) handle(ctx context.Context, tx *ent.Tx, m *consumer.Message) (
 		return Viewed, nil
 	}
 	return Attached, nil
+}
+
+// decode reads and validates the message's payload: the event, or an error
+// of CRM_SELECTION_EVENT_INVALID or CRM_SELECTION_UNKNOWN_ACTION. p is the
+// payload as it came (as much of it as could be read), for the log.
+func decode(m *consumer.Message) (p wirePayload, ev SelectionShared, err error) {
+	p, err = consumer.DecodePayload[wirePayload](m)
+	if err != nil {
+		return p, ev, err
+	}
+	ev, verr := p.validate()
+	// A time beyond MAX_CLOCK_SKEW is a fault too: an unknown Action is
+	// CRM_SELECTION_UNKNOWN_ACTION only when it is the payload's one fault.
+	timeErr := m.CheckTime("OccurredAt", ev.OccurredAt) // nil for an OccurredAt that could not be read (zero)
+	if verr == nil {
+		return p, ev, timeErr
+	}
+	var late *consumer.Error
+	if errors.As(timeErr, &late) {
+		verr.problems, verr.unknownAction = append(verr.problems, late.Err.Error()), false
+	}
+	if verr.unknownAction {
+		return p, ev, CodeUnknownAction.Wrap(verr)
+	}
+	return p, ev, CodeEventInvalid.Wrap(verr)
 }
 
 // leadNotFound counts and logs an attempt that found no Active lead and

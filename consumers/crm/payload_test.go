@@ -8,6 +8,8 @@ import (
 	"unicode/utf8"
 
 	"github.com/google/uuid"
+
+	"github.com/pin-platform/consumers/consumers/consumer"
 )
 
 func TestTruncateRunes(t *testing.T) {
@@ -192,6 +194,48 @@ func TestValidate(t *testing.T) {
 			}
 			if !strings.Contains(err.Error(), tt.reason) {
 				t.Fatalf("reason %q does not say %q", err.Error(), tt.reason)
+			}
+		})
+	}
+}
+
+// CRM_SELECTION_UNKNOWN_ACTION says the Action is the payload's one fault;
+// an OccurredAt beyond MAX_CLOCK_SKEW is another, so the event is
+// CRM_SELECTION_EVENT_INVALID, and its reason names both (a finding of
+// FuzzDecodeCRM: testdata/fuzz/FuzzDecodeCRM/421e6ffbe5e33174).
+func TestDecodeUnknownActionOnlyAsTheOneFault(t *testing.T) {
+	recent := time.Now().Add(-time.Minute).UTC().Format(time.RFC3339Nano)
+	const far = "7000-01-10T00:00:00Z"
+	for _, c := range []struct {
+		name, action, occurredAt string
+		noAgent                  bool
+		code                     string
+		reason                   []string
+	}{
+		{"unknown action", "Forwarded", recent, false, CodeUnknownAction.Name, []string{`Action "Forwarded"`}},
+		{"unknown action and a time too far ahead", "Forwarded", far, false, CodeEventInvalid.Name, []string{`Action "Forwarded"`, "MAX_CLOCK_SKEW"}},
+		{"a time too far ahead", "Shared", far, false, CodeEventInvalid.Name, []string{"MAX_CLOCK_SKEW"}},
+		{"unknown action, no agent, a time too far ahead", "Forwarded", far, true, CodeEventInvalid.Name, []string{"AgentUserId is missing", `Action "Forwarded"`, "MAX_CLOCK_SKEW"}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			p := validPayload()
+			p["Action"], p["OccurredAt"] = c.action, c.occurredAt
+			if c.noAgent {
+				delete(p, "AgentUserId")
+			}
+			b, err := json.Marshal(p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			m := consumer.NewMessage(consumer.Envelope{Payload: b}, CodeEventInvalid, 24*time.Hour)
+			_, _, err = decode(m)
+			if code, ok := consumer.CodeOf(err); !ok || code.Name != c.code {
+				t.Fatalf("err = %v, want %s", err, c.code)
+			}
+			for _, r := range c.reason {
+				if !strings.Contains(err.Error(), r) {
+					t.Errorf("reason %q does not say %q", err, r)
+				}
 			}
 		})
 	}
