@@ -1,4 +1,4 @@
-module github.com/pin-platform/consumers
+module github.com/pin-platform/pin
 
 go 1.26.8
 

@@ -19,9 +19,9 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	"github.com/rs/zerolog"
 
-	"github.com/pin-platform/consumers/consumers/consumer"
-	"github.com/pin-platform/consumers/consumers/roster"
-	"github.com/pin-platform/consumers/ent"
+	"github.com/pin-platform/pin/consumers/consumer"
+	"github.com/pin-platform/pin/consumers/roster"
+	"github.com/pin-platform/pin/ent"
 )
 
 // family is a metric family the code exports.

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/pin-platform/consumers/consumers/roster"
+	"github.com/pin-platform/pin/consumers/roster"
 )
 
 // TestREADMEMatchesTheRoster holds README's tables to the roster: each

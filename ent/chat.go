@@ -10,7 +10,7 @@ import (
 	"entgo.io/ent"
 	"entgo.io/ent/dialect/sql"
 	"github.com/google/uuid"
-	"github.com/pin-platform/consumers/ent/chat"
+	"github.com/pin-platform/pin/ent/chat"
 )
 
 // Chat is the model entity for the Chat schema.

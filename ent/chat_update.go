@@ -12,11 +12,11 @@ import (
 	"entgo.io/ent/dialect/sql/sqlgraph"
 	"entgo.io/ent/schema/field"
 	"github.com/google/uuid"
-	"github.com/pin-platform/consumers/ent/chat"
-	"github.com/pin-platform/consumers/ent/chatevent"
-	"github.com/pin-platform/consumers/ent/chatparticipant"
-	"github.com/pin-platform/consumers/ent/chatpush"
-	"github.com/pin-platform/consumers/ent/predicate"
+	"github.com/pin-platform/pin/ent/chat"
+	"github.com/pin-platform/pin/ent/chatevent"
+	"github.com/pin-platform/pin/ent/chatparticipant"
+	"github.com/pin-platform/pin/ent/chatpush"
+	"github.com/pin-platform/pin/ent/predicate"
 )
 
 // ChatUpdate is the builder for updating Chat entities.

@@ -10,8 +10,8 @@ import (
 	"entgo.io/ent/dialect/sql"
 	"entgo.io/ent/dialect/sql/sqlgraph"
 	"entgo.io/ent/schema/field"
-	"github.com/pin-platform/consumers/ent/chatevent"
-	"github.com/pin-platform/consumers/ent/predicate"
+	"github.com/pin-platform/pin/ent/chatevent"
+	"github.com/pin-platform/pin/ent/predicate"
 )
 
 // ChatEventUpdate is the builder for updating ChatEvent entities.

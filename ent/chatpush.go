@@ -10,9 +10,9 @@ import (
 	"entgo.io/ent"
 	"entgo.io/ent/dialect/sql"
 	"github.com/google/uuid"
-	"github.com/pin-platform/consumers/ent/chat"
-	"github.com/pin-platform/consumers/ent/chatpush"
-	"github.com/pin-platform/consumers/schema/uuidarray"
+	"github.com/pin-platform/pin/ent/chat"
+	"github.com/pin-platform/pin/ent/chatpush"
+	"github.com/pin-platform/pin/schema/uuidarray"
 )
 
 // ChatPush is the model entity for the ChatPush schema.

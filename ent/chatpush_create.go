@@ -13,9 +13,9 @@ import (
 	"entgo.io/ent/dialect/sql/sqlgraph"
 	"entgo.io/ent/schema/field"
 	"github.com/google/uuid"
-	"github.com/pin-platform/consumers/ent/chat"
-	"github.com/pin-platform/consumers/ent/chatpush"
-	"github.com/pin-platform/consumers/schema/uuidarray"
+	"github.com/pin-platform/pin/ent/chat"
+	"github.com/pin-platform/pin/ent/chatpush"
+	"github.com/pin-platform/pin/schema/uuidarray"
 )
 
 // ChatPushCreate is the builder for creating a ChatPush entity.

@@ -8,8 +8,8 @@ import (
 	"entgo.io/ent/dialect/sql"
 	"entgo.io/ent/dialect/sql/sqlgraph"
 	"entgo.io/ent/schema/field"
-	"github.com/pin-platform/consumers/ent/chatpush"
-	"github.com/pin-platform/consumers/ent/predicate"
+	"github.com/pin-platform/pin/ent/chatpush"
+	"github.com/pin-platform/pin/ent/predicate"
 )
 
 // ChatPushDelete is the builder for deleting a ChatPush entity.

@@ -13,9 +13,9 @@ import (
 	"entgo.io/ent/dialect/sql/sqlgraph"
 	"entgo.io/ent/schema/field"
 	"github.com/google/uuid"
-	"github.com/pin-platform/consumers/ent/chat"
-	"github.com/pin-platform/consumers/ent/chatpush"
-	"github.com/pin-platform/consumers/ent/predicate"
+	"github.com/pin-platform/pin/ent/chat"
+	"github.com/pin-platform/pin/ent/chatpush"
+	"github.com/pin-platform/pin/ent/predicate"
 )
 
 // ChatPushQuery is the builder for querying ChatPush entities.

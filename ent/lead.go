@@ -10,7 +10,7 @@ import (
 	"entgo.io/ent"
 	"entgo.io/ent/dialect/sql"
 	"github.com/google/uuid"
-	"github.com/pin-platform/consumers/ent/lead"
+	"github.com/pin-platform/pin/ent/lead"
 )
 
 // Lead is the model entity for the Lead schema.

@@ -11,8 +11,8 @@ import (
 	"entgo.io/ent"
 	"entgo.io/ent/dialect/sql"
 	"github.com/google/uuid"
-	"github.com/pin-platform/consumers/ent/lead"
-	"github.com/pin-platform/consumers/ent/leadevent"
+	"github.com/pin-platform/pin/ent/lead"
+	"github.com/pin-platform/pin/ent/leadevent"
 )
 
 // LeadEvent is the model entity for the LeadEvent schema.

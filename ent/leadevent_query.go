@@ -13,9 +13,9 @@ import (
 	"entgo.io/ent/dialect/sql/sqlgraph"
 	"entgo.io/ent/schema/field"
 	"github.com/google/uuid"
-	"github.com/pin-platform/consumers/ent/lead"
-	"github.com/pin-platform/consumers/ent/leadevent"
-	"github.com/pin-platform/consumers/ent/predicate"
+	"github.com/pin-platform/pin/ent/lead"
+	"github.com/pin-platform/pin/ent/leadevent"
+	"github.com/pin-platform/pin/ent/predicate"
 )
 
 // LeadEventQuery is the builder for querying LeadEvent entities.

@@ -11,8 +11,8 @@ import (
 	"entgo.io/ent"
 	"entgo.io/ent/dialect/sql"
 	"github.com/google/uuid"
-	"github.com/pin-platform/consumers/ent/parkedmessage"
-	"github.com/pin-platform/consumers/schema"
+	"github.com/pin-platform/pin/ent/parkedmessage"
+	"github.com/pin-platform/pin/schema"
 )
 
 // ParkedMessage is the model entity for the ParkedMessage schema.

@@ -8,8 +8,8 @@ import (
 	"entgo.io/ent/dialect/sql"
 	"entgo.io/ent/dialect/sql/sqlgraph"
 	"entgo.io/ent/schema/field"
-	"github.com/pin-platform/consumers/ent/parkedmessage"
-	"github.com/pin-platform/consumers/ent/predicate"
+	"github.com/pin-platform/pin/ent/parkedmessage"
+	"github.com/pin-platform/pin/ent/predicate"
 )
 
 // ParkedMessageDelete is the builder for deleting a ParkedMessage entity.

@@ -13,8 +13,8 @@ import (
 	"entgo.io/ent/dialect/sql/sqlgraph"
 	"entgo.io/ent/schema/field"
 	"github.com/google/uuid"
-	"github.com/pin-platform/consumers/ent/parkedmessage"
-	"github.com/pin-platform/consumers/ent/predicate"
+	"github.com/pin-platform/pin/ent/parkedmessage"
+	"github.com/pin-platform/pin/ent/predicate"
 )
 
 // ParkedMessageQuery is the builder for querying ParkedMessage entities.

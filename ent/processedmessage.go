@@ -9,7 +9,7 @@ import (
 
 	"entgo.io/ent"
 	"entgo.io/ent/dialect/sql"
-	"github.com/pin-platform/consumers/ent/processedmessage"
+	"github.com/pin-platform/pin/ent/processedmessage"
 )
 
 // ProcessedMessage is the model entity for the ProcessedMessage schema.

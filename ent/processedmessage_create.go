@@ -12,7 +12,7 @@ import (
 	"entgo.io/ent/dialect/sql"
 	"entgo.io/ent/dialect/sql/sqlgraph"
 	"entgo.io/ent/schema/field"
-	"github.com/pin-platform/consumers/ent/processedmessage"
+	"github.com/pin-platform/pin/ent/processedmessage"
 )
 
 // ProcessedMessageCreate is the builder for creating a ProcessedMessage entity.

@@ -10,8 +10,8 @@ import (
 	"entgo.io/ent/dialect/sql"
 	"entgo.io/ent/dialect/sql/sqlgraph"
 	"entgo.io/ent/schema/field"
-	"github.com/pin-platform/consumers/ent/predicate"
-	"github.com/pin-platform/consumers/ent/processedmessage"
+	"github.com/pin-platform/pin/ent/predicate"
+	"github.com/pin-platform/pin/ent/processedmessage"
 )
 
 // ProcessedMessageUpdate is the builder for updating ProcessedMessage entities.

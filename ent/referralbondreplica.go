@@ -10,7 +10,7 @@ import (
 	"entgo.io/ent"
 	"entgo.io/ent/dialect/sql"
 	"github.com/google/uuid"
-	"github.com/pin-platform/consumers/ent/referralbondreplica"
+	"github.com/pin-platform/pin/ent/referralbondreplica"
 )
 
 // ReferralBondReplica is the model entity for the ReferralBondReplica schema.

@@ -13,7 +13,7 @@ import (
 	"entgo.io/ent/dialect/sql/sqlgraph"
 	"entgo.io/ent/schema/field"
 	"github.com/google/uuid"
-	"github.com/pin-platform/consumers/ent/referralbondreplica"
+	"github.com/pin-platform/pin/ent/referralbondreplica"
 )
 
 // ReferralBondReplicaCreate is the builder for creating a ReferralBondReplica entity.

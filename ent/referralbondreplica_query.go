@@ -13,8 +13,8 @@ import (
 	"entgo.io/ent/dialect/sql/sqlgraph"
 	"entgo.io/ent/schema/field"
 	"github.com/google/uuid"
-	"github.com/pin-platform/consumers/ent/predicate"
-	"github.com/pin-platform/consumers/ent/referralbondreplica"
+	"github.com/pin-platform/pin/ent/predicate"
+	"github.com/pin-platform/pin/ent/referralbondreplica"
 )
 
 // ReferralBondReplicaQuery is the builder for querying ReferralBondReplica entities.

@@ -11,8 +11,8 @@ import (
 	"entgo.io/ent/dialect/sql"
 	"entgo.io/ent/dialect/sql/sqlgraph"
 	"entgo.io/ent/schema/field"
-	"github.com/pin-platform/consumers/ent/predicate"
-	"github.com/pin-platform/consumers/ent/referralbondreplica"
+	"github.com/pin-platform/pin/ent/predicate"
+	"github.com/pin-platform/pin/ent/referralbondreplica"
 )
 
 // ReferralBondReplicaUpdate is the builder for updating ReferralBondReplica entities.

@@ -6,17 +6,17 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/pin-platform/consumers/ent/chat"
-	"github.com/pin-platform/consumers/ent/chatevent"
-	"github.com/pin-platform/consumers/ent/chatparticipant"
-	"github.com/pin-platform/consumers/ent/chatpush"
-	"github.com/pin-platform/consumers/ent/lead"
-	"github.com/pin-platform/consumers/ent/leadevent"
-	"github.com/pin-platform/consumers/ent/parkedmessage"
-	"github.com/pin-platform/consumers/ent/processedmessage"
-	"github.com/pin-platform/consumers/ent/referralbondreplica"
-	"github.com/pin-platform/consumers/schema"
-	"github.com/pin-platform/consumers/schema/uuidarray"
+	"github.com/pin-platform/pin/ent/chat"
+	"github.com/pin-platform/pin/ent/chatevent"
+	"github.com/pin-platform/pin/ent/chatparticipant"
+	"github.com/pin-platform/pin/ent/chatpush"
+	"github.com/pin-platform/pin/ent/lead"
+	"github.com/pin-platform/pin/ent/leadevent"
+	"github.com/pin-platform/pin/ent/parkedmessage"
+	"github.com/pin-platform/pin/ent/processedmessage"
+	"github.com/pin-platform/pin/ent/referralbondreplica"
+	"github.com/pin-platform/pin/schema"
+	"github.com/pin-platform/pin/schema/uuidarray"
 )
 
 // The init function reads all schema descriptors with runtime code

@@ -11,8 +11,8 @@ import (
 
 	atlasmigrate "ariga.io/atlas/sql/migrate"
 
-	"github.com/pin-platform/consumers/migrate"
-	"github.com/pin-platform/consumers/migrate/pgtest"
+	"github.com/pin-platform/pin/migrate"
+	"github.com/pin-platform/pin/migrate/pgtest"
 )
 
 func TestApply(t *testing.T) {

@@ -13,7 +13,7 @@ import (
 	"ariga.io/atlas/sql/sqlclient"
 	_ "github.com/lib/pq" // database/sql driver "postgres" used by the atlas driver
 
-	"github.com/pin-platform/consumers/internal/secret"
+	"github.com/pin-platform/pin/internal/secret"
 )
 
 // DefaultConnectTimeout bounds how long opening a connection may take when

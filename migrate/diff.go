@@ -10,8 +10,8 @@ import (
 	"entgo.io/ent/dialect"
 	"entgo.io/ent/dialect/sql/schema"
 
-	entmigrate "github.com/pin-platform/consumers/ent/migrate"
-	pinschema "github.com/pin-platform/consumers/schema"
+	entmigrate "github.com/pin-platform/pin/ent/migrate"
+	pinschema "github.com/pin-platform/pin/schema"
 )
 
 // Diff writes a new migration file NAME into dir, holding the statements that

@@ -5,8 +5,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/pin-platform/consumers/migrate"
-	"github.com/pin-platform/consumers/migrate/pgtest"
+	"github.com/pin-platform/pin/migrate"
+	"github.com/pin-platform/pin/migrate/pgtest"
 )
 
 // statusWithDrift runs Status with a drift check on dev and returns the

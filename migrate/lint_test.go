@@ -9,8 +9,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/pin-platform/consumers/migrate"
-	"github.com/pin-platform/consumers/migrate/pgtest"
+	"github.com/pin-platform/pin/migrate"
+	"github.com/pin-platform/pin/migrate/pgtest"
 )
 
 func TestLint(t *testing.T) {

@@ -10,8 +10,8 @@ import (
 	atlasmigrate "ariga.io/atlas/sql/migrate"
 	_ "github.com/lib/pq"
 
-	"github.com/pin-platform/consumers/migrate"
-	"github.com/pin-platform/consumers/migrate/pgtest"
+	"github.com/pin-platform/pin/migrate"
+	"github.com/pin-platform/pin/migrate/pgtest"
 )
 
 func TestMain(m *testing.M) { pgtest.Main(m) }

@@ -13,11 +13,11 @@ import (
 
 	"github.com/lib/pq"
 
-	"github.com/pin-platform/consumers/consumers/demo"
-	"github.com/pin-platform/consumers/consumers/demo/demotest"
-	"github.com/pin-platform/consumers/consumers/kafkatest"
-	"github.com/pin-platform/consumers/migrate"
-	"github.com/pin-platform/consumers/migrate/pgtest"
+	"github.com/pin-platform/pin/consumers/demo"
+	"github.com/pin-platform/pin/consumers/demo/demotest"
+	"github.com/pin-platform/pin/consumers/kafkatest"
+	"github.com/pin-platform/pin/migrate"
+	"github.com/pin-platform/pin/migrate/pgtest"
 )
 
 // TestUpgradeKeepsDataAndConsumersWork upgrades a database holding data

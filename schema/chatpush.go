@@ -10,7 +10,7 @@ import (
 	"entgo.io/ent/schema/index"
 	"github.com/google/uuid"
 
-	"github.com/pin-platform/consumers/schema/uuidarray"
+	"github.com/pin-platform/pin/schema/uuidarray"
 )
 
 // ChatPush (table chat_updates) is the persisted half of persist-then-push: one row per applied

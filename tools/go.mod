@@ -1,4 +1,4 @@
-module github.com/pin-platform/consumers/tools
+module github.com/pin-platform/pin/tools
 
 go 1.26.8
 

@@ -25,9 +25,9 @@ import (
 
 	"github.com/confluentinc/confluent-kafka-go/v2/kafka"
 
-	"github.com/pin-platform/consumers/consumers/demo"
-	"github.com/pin-platform/consumers/migrate"
-	"github.com/pin-platform/consumers/migrate/localpg"
+	"github.com/pin-platform/pin/consumers/demo"
+	"github.com/pin-platform/pin/migrate"
+	"github.com/pin-platform/pin/migrate/localpg"
 )
 
 func init() {

@@ -15,7 +15,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/pin-platform/consumers/migrate/localpg"
+	"github.com/pin-platform/pin/migrate/localpg"
 )
 
 // The SQL limit of a consumer: its per-event SQL as pgbench scripts, one

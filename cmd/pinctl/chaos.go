@@ -9,8 +9,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/pin-platform/consumers/consumers/demo"
-	"github.com/pin-platform/consumers/internal/chaos"
+	"github.com/pin-platform/pin/consumers/demo"
+	"github.com/pin-platform/pin/internal/chaos"
 )
 
 func init() {

@@ -24,10 +24,10 @@ import (
 	"github.com/confluentinc/confluent-kafka-go/v2/kafka"
 	"github.com/lib/pq"
 
-	"github.com/pin-platform/consumers/consumers/demo"
-	"github.com/pin-platform/consumers/consumers/roster"
-	"github.com/pin-platform/consumers/migrate"
-	"github.com/pin-platform/consumers/migrate/localpg"
+	"github.com/pin-platform/pin/consumers/demo"
+	"github.com/pin-platform/pin/consumers/roster"
+	"github.com/pin-platform/pin/migrate"
+	"github.com/pin-platform/pin/migrate/localpg"
 )
 
 func init() {

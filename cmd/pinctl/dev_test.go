@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/pin-platform/consumers/migrate/pgtest"
+	"github.com/pin-platform/pin/migrate/pgtest"
 )
 
 // TestDevOnceReachesTheScenarioOutcome runs `pinctl dev --once` as make run

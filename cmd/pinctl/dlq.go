@@ -15,7 +15,7 @@ import (
 
 	"github.com/confluentinc/confluent-kafka-go/v2/kafka"
 
-	"github.com/pin-platform/consumers/consumers/consumer"
+	"github.com/pin-platform/pin/consumers/consumer"
 )
 
 // `pinctl dlq list|replay`: the dead-letter topics of docs/contract.md §5, read

@@ -15,7 +15,7 @@ import (
 	"github.com/confluentinc/confluent-kafka-go/v2/kafka"
 	"github.com/mattn/go-isatty"
 
-	"github.com/pin-platform/consumers/consumers/consumer"
+	"github.com/pin-platform/pin/consumers/consumer"
 )
 
 // dlqReplayOptions are the arguments of `dlq replay`.

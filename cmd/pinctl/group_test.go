@@ -11,7 +11,7 @@ import (
 
 	"github.com/confluentinc/confluent-kafka-go/v2/kafka"
 
-	"github.com/pin-platform/consumers/consumers/kafkatest"
+	"github.com/pin-platform/pin/consumers/kafkatest"
 )
 
 // groupTopic makes a 3-partition topic on the mock cluster holding n

@@ -7,7 +7,7 @@ import (
 
 	"github.com/confluentinc/confluent-kafka-go/v2/kafka"
 
-	"github.com/pin-platform/consumers/internal/kafkaenv"
+	"github.com/pin-platform/pin/internal/kafkaenv"
 )
 
 // kafkaConfig is the configuration of every Kafka client pinctl makes: the

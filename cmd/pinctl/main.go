@@ -13,7 +13,7 @@ import (
 	"os/signal"
 	"syscall"
 
-	"github.com/pin-platform/consumers/internal/secret"
+	"github.com/pin-platform/pin/internal/secret"
 )
 
 // secrets are the passwords pinctl was given (its environment's, and the

@@ -12,8 +12,8 @@ import (
 
 	atlasmigrate "ariga.io/atlas/sql/migrate"
 
-	"github.com/pin-platform/consumers/internal/secret"
-	"github.com/pin-platform/consumers/migrate"
+	"github.com/pin-platform/pin/internal/secret"
+	"github.com/pin-platform/pin/migrate"
 )
 
 func init() {

@@ -9,7 +9,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/pin-platform/consumers/migrate/pgtest"
+	"github.com/pin-platform/pin/migrate/pgtest"
 )
 
 // TestMigrateStatusDrift runs `pinctl migrate status` as an operator does

@@ -9,7 +9,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/pin-platform/consumers/migrate/localpg"
+	"github.com/pin-platform/pin/migrate/localpg"
 )
 
 func init() {

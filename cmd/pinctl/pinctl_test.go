@@ -13,8 +13,8 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/pin-platform/consumers/migrate"
-	"github.com/pin-platform/consumers/migrate/pgtest"
+	"github.com/pin-platform/pin/migrate"
+	"github.com/pin-platform/pin/migrate/pgtest"
 )
 
 func TestMain(m *testing.M) {

@@ -12,9 +12,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/pin-platform/consumers/consumers/demo"
-	"github.com/pin-platform/consumers/consumers/kafkatest"
-	"github.com/pin-platform/consumers/migrate/pgtest"
+	"github.com/pin-platform/pin/consumers/demo"
+	"github.com/pin-platform/pin/consumers/kafkatest"
+	"github.com/pin-platform/pin/migrate/pgtest"
 )
 
 // tricky is in every password of these tests: the characters that break

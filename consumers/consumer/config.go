@@ -11,7 +11,7 @@ import (
 	"github.com/lib/pq"
 	"github.com/rs/zerolog"
 
-	"github.com/pin-platform/consumers/internal/kafkaenv"
+	"github.com/pin-platform/pin/internal/kafkaenv"
 )
 
 // Config is a consumer process's configuration (docs/contract.md §2).

@@ -14,10 +14,10 @@ import (
 	entsql "entgo.io/ent/dialect/sql"
 	"github.com/google/uuid"
 
-	"github.com/pin-platform/consumers/consumers/consumer"
-	"github.com/pin-platform/consumers/ent"
-	"github.com/pin-platform/consumers/migrate/pgtest"
-	"github.com/pin-platform/consumers/schema"
+	"github.com/pin-platform/pin/consumers/consumer"
+	"github.com/pin-platform/pin/ent"
+	"github.com/pin-platform/pin/migrate/pgtest"
+	"github.com/pin-platform/pin/schema"
 )
 
 // binaryParameters reports whether the pool's connections run with

@@ -14,7 +14,7 @@ import (
 
 	"github.com/lib/pq"
 
-	"github.com/pin-platform/consumers/ent"
+	"github.com/pin-platform/pin/ent"
 )
 
 // Class says how the runtime treats a failed message. One table (policy in

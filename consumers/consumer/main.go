@@ -21,9 +21,9 @@ import (
 	"go.opentelemetry.io/otel/sdk/resource"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 
-	"github.com/pin-platform/consumers/ent"
-	"github.com/pin-platform/consumers/internal/secret"
-	"github.com/pin-platform/consumers/migrate"
+	"github.com/pin-platform/pin/ent"
+	"github.com/pin-platform/pin/internal/secret"
+	"github.com/pin-platform/pin/migrate"
 )
 
 // Exit codes of a consumer process.

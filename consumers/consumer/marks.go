@@ -6,7 +6,7 @@ import (
 
 	"github.com/lib/pq"
 
-	"github.com/pin-platform/consumers/ent"
+	"github.com/pin-platform/pin/ent"
 )
 
 // The idempotency mark and the message's effect share a transaction; the

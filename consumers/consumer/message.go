@@ -6,7 +6,7 @@ import (
 
 	"github.com/rs/zerolog"
 
-	"github.com/pin-platform/consumers/ent"
+	"github.com/pin-platform/pin/ent"
 )
 
 // Message is what a handler sees: the decoded envelope and where it came

@@ -10,9 +10,9 @@ import (
 	entsql "entgo.io/ent/dialect/sql"
 	"github.com/confluentinc/confluent-kafka-go/v2/kafka"
 
-	"github.com/pin-platform/consumers/ent"
-	"github.com/pin-platform/consumers/ent/parkedmessage"
-	"github.com/pin-platform/consumers/schema"
+	"github.com/pin-platform/pin/ent"
+	"github.com/pin-platform/pin/ent/parkedmessage"
+	"github.com/pin-platform/pin/schema"
 )
 
 // Retry-later, durably: a message whose precondition does not hold yet (its

@@ -23,12 +23,12 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
-	"github.com/pin-platform/consumers/consumers/consumer"
-	"github.com/pin-platform/consumers/consumers/consumer/consumertest"
-	"github.com/pin-platform/consumers/consumers/kafkatest"
-	"github.com/pin-platform/consumers/ent"
-	"github.com/pin-platform/consumers/ent/lead"
-	"github.com/pin-platform/consumers/migrate/pgtest"
+	"github.com/pin-platform/pin/consumers/consumer"
+	"github.com/pin-platform/pin/consumers/consumer/consumertest"
+	"github.com/pin-platform/pin/consumers/kafkatest"
+	"github.com/pin-platform/pin/ent"
+	"github.com/pin-platform/pin/ent/lead"
+	"github.com/pin-platform/pin/migrate/pgtest"
 )
 
 // The probe service is the runtime's test service: a tiny handler whose

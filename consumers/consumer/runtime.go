@@ -22,8 +22,8 @@ import (
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/pin-platform/consumers/ent"
-	"github.com/pin-platform/consumers/internal/kafkaenv"
+	"github.com/pin-platform/pin/ent"
+	"github.com/pin-platform/pin/internal/kafkaenv"
 )
 
 // Options are a Runtime's collaborators. Zero values take sane defaults.
@@ -145,7 +145,7 @@ func New(cfg Config, svc Service, client *ent.Client, db *sql.DB, opts Options) 
 	if tp == nil {
 		tp = otel.GetTracerProvider()
 	}
-	r.tracer = tp.Tracer("github.com/pin-platform/consumers/consumers/consumer")
+	r.tracer = tp.Tracer("github.com/pin-platform/pin/consumers/consumer")
 	r.span.name = "process " + svc.Topic
 	r.span.kind = trace.WithSpanKind(trace.SpanKindConsumer)
 	r.span.attrs = trace.WithAttributes(

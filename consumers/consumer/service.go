@@ -6,7 +6,7 @@ import (
 
 	"github.com/rs/zerolog"
 
-	"github.com/pin-platform/consumers/ent"
+	"github.com/pin-platform/pin/ent"
 )
 
 // Service describes one consumer: its topic, group and DLQ (docs/contract.md §3),

@@ -6,9 +6,9 @@ import (
 
 	"github.com/google/uuid"
 
-	"github.com/pin-platform/consumers/consumers/consumer"
-	"github.com/pin-platform/consumers/consumers/consumer/consumertest"
-	"github.com/pin-platform/consumers/consumers/kafkatest"
+	"github.com/pin-platform/pin/consumers/consumer"
+	"github.com/pin-platform/pin/consumers/consumer/consumertest"
+	"github.com/pin-platform/pin/consumers/kafkatest"
 )
 
 // queueBehindAHold starts the preparing probe with one shared transaction

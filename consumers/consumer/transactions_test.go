@@ -8,10 +8,10 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/pin-platform/consumers/consumers/consumer"
-	"github.com/pin-platform/consumers/consumers/consumer/consumertest"
-	"github.com/pin-platform/consumers/consumers/kafkatest"
-	"github.com/pin-platform/consumers/ent"
+	"github.com/pin-platform/pin/consumers/consumer"
+	"github.com/pin-platform/pin/consumers/consumer/consumertest"
+	"github.com/pin-platform/pin/consumers/kafkatest"
+	"github.com/pin-platform/pin/ent"
 )
 
 // overlap wraps the probe's handler to record how many transactions ran at

@@ -8,7 +8,7 @@ import (
 
 	"github.com/google/uuid"
 
-	"github.com/pin-platform/consumers/consumers/kafkatest"
+	"github.com/pin-platform/pin/consumers/kafkatest"
 )
 
 // The spec's acceptance criteria, each end to end: envelope produced on the

@@ -8,8 +8,8 @@ import (
 	"github.com/google/uuid"
 	"github.com/rs/zerolog"
 
-	"github.com/pin-platform/consumers/consumers/consumer"
-	"github.com/pin-platform/consumers/ent"
+	"github.com/pin-platform/pin/consumers/consumer"
+	"github.com/pin-platform/pin/ent"
 )
 
 type handler struct {

@@ -11,9 +11,9 @@ import (
 	"entgo.io/ent/dialect/sql"
 	"github.com/google/uuid"
 
-	"github.com/pin-platform/consumers/ent"
-	"github.com/pin-platform/consumers/ent/lead"
-	"github.com/pin-platform/consumers/ent/leadevent"
+	"github.com/pin-platform/pin/ent"
+	"github.com/pin-platform/pin/ent/lead"
+	"github.com/pin-platform/pin/ent/leadevent"
 )
 
 // StatusActive is the only lead status that accepts feed entries

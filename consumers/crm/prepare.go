@@ -10,10 +10,10 @@ import (
 	"github.com/google/uuid"
 	"github.com/lib/pq"
 
-	"github.com/pin-platform/consumers/consumers/consumer"
-	"github.com/pin-platform/consumers/ent"
-	"github.com/pin-platform/consumers/ent/lead"
-	"github.com/pin-platform/consumers/ent/leadevent"
+	"github.com/pin-platform/pin/consumers/consumer"
+	"github.com/pin-platform/pin/ent"
+	"github.com/pin-platform/pin/ent/lead"
+	"github.com/pin-platform/pin/ent/leadevent"
 )
 
 // pair is a lead's resolution key: (executor agent, primary investor).

@@ -10,7 +10,7 @@ import (
 
 	"github.com/google/uuid"
 
-	"github.com/pin-platform/consumers/consumers/roster"
+	"github.com/pin-platform/pin/consumers/roster"
 )
 
 // The three services' topics, DLQs and groups (from the roster).

@@ -10,14 +10,14 @@ import (
 	"github.com/google/uuid"
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/pin-platform/consumers/consumers/consumer"
-	"github.com/pin-platform/consumers/consumers/consumer/consumertest"
-	"github.com/pin-platform/consumers/consumers/crm"
-	"github.com/pin-platform/consumers/consumers/demo"
-	"github.com/pin-platform/consumers/consumers/kafkatest"
-	"github.com/pin-platform/consumers/consumers/messenger"
-	"github.com/pin-platform/consumers/consumers/rewards"
-	"github.com/pin-platform/consumers/migrate/pgtest"
+	"github.com/pin-platform/pin/consumers/consumer"
+	"github.com/pin-platform/pin/consumers/consumer/consumertest"
+	"github.com/pin-platform/pin/consumers/crm"
+	"github.com/pin-platform/pin/consumers/demo"
+	"github.com/pin-platform/pin/consumers/kafkatest"
+	"github.com/pin-platform/pin/consumers/messenger"
+	"github.com/pin-platform/pin/consumers/rewards"
+	"github.com/pin-platform/pin/migrate/pgtest"
 )
 
 func TestMain(m *testing.M) { pgtest.Main(m) }

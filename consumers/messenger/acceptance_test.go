@@ -9,9 +9,9 @@ import (
 	"github.com/confluentinc/confluent-kafka-go/v2/kafka"
 	"github.com/google/uuid"
 
-	"github.com/pin-platform/consumers/consumers/consumer"
-	"github.com/pin-platform/consumers/consumers/consumer/consumertest"
-	"github.com/pin-platform/consumers/consumers/kafkatest"
+	"github.com/pin-platform/pin/consumers/consumer"
+	"github.com/pin-platform/pin/consumers/consumer/consumertest"
+	"github.com/pin-platform/pin/consumers/kafkatest"
 )
 
 // Each test below is one acceptance criterion of the spec, end to end: the

@@ -6,9 +6,9 @@ import (
 	"github.com/google/uuid"
 	"github.com/rs/zerolog"
 
-	"github.com/pin-platform/consumers/consumers/consumer"
-	"github.com/pin-platform/consumers/ent"
-	"github.com/pin-platform/consumers/ent/chat"
+	"github.com/pin-platform/pin/consumers/consumer"
+	"github.com/pin-platform/pin/ent"
+	"github.com/pin-platform/pin/ent/chat"
 )
 
 // describe gives the spec's log fields (MessageId, LeadId, ChatId,

@@ -19,11 +19,11 @@ import (
 	"github.com/lib/pq"
 	"github.com/rs/zerolog"
 
-	"github.com/pin-platform/consumers/consumers/consumer"
-	"github.com/pin-platform/consumers/consumers/consumer/consumertest"
-	"github.com/pin-platform/consumers/consumers/kafkatest"
-	"github.com/pin-platform/consumers/ent"
-	"github.com/pin-platform/consumers/migrate/pgtest"
+	"github.com/pin-platform/pin/consumers/consumer"
+	"github.com/pin-platform/pin/consumers/consumer/consumertest"
+	"github.com/pin-platform/pin/consumers/kafkatest"
+	"github.com/pin-platform/pin/ent"
+	"github.com/pin-platform/pin/migrate/pgtest"
 )
 
 // wait is how long a test waits for something the consumer does.

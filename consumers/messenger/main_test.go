@@ -3,7 +3,7 @@ package messenger
 import (
 	"testing"
 
-	"github.com/pin-platform/consumers/migrate/pgtest"
+	"github.com/pin-platform/pin/migrate/pgtest"
 )
 
 // TestMain shares one PostgreSQL server among the package's tests (the one

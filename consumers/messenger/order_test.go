@@ -5,7 +5,7 @@ import (
 
 	"github.com/google/uuid"
 
-	"github.com/pin-platform/consumers/consumers/consumer/consumertest"
+	"github.com/pin-platform/pin/consumers/consumer/consumertest"
 )
 
 // Several snapshots of one lead in one batch: their chat_updates rows are

@@ -7,7 +7,7 @@ import (
 
 	"github.com/google/uuid"
 
-	"github.com/pin-platform/consumers/consumers/consumer"
+	"github.com/pin-platform/pin/consumers/consumer"
 )
 
 // payload is the Payload of pin.crm.lead-participants-changed (spec

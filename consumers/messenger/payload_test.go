@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/pin-platform/consumers/consumers/consumer"
+	"github.com/pin-platform/pin/consumers/consumer"
 )
 
 func isCode(err error, c consumer.Code) bool {

@@ -11,10 +11,10 @@ import (
 	"github.com/google/uuid"
 	"github.com/lib/pq"
 
-	"github.com/pin-platform/consumers/consumers/consumer"
-	"github.com/pin-platform/consumers/ent"
-	"github.com/pin-platform/consumers/ent/chat"
-	"github.com/pin-platform/consumers/ent/chatparticipant"
+	"github.com/pin-platform/pin/consumers/consumer"
+	"github.com/pin-platform/pin/ent"
+	"github.com/pin-platform/pin/ent/chat"
+	"github.com/pin-platform/pin/ent/chatparticipant"
 )
 
 // batch is what prepare read for a batch — the chats of the batch's leads

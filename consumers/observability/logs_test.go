@@ -10,9 +10,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/pin-platform/consumers/consumers/demo"
-	"github.com/pin-platform/consumers/consumers/demo/demotest"
-	"github.com/pin-platform/consumers/migrate/pgtest"
+	"github.com/pin-platform/pin/consumers/demo"
+	"github.com/pin-platform/pin/consumers/demo/demotest"
+	"github.com/pin-platform/pin/migrate/pgtest"
 )
 
 // The fields each spec's log lines carry, by outcome: what every outcome

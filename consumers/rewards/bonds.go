@@ -5,8 +5,8 @@ import (
 
 	"github.com/google/uuid"
 
-	"github.com/pin-platform/consumers/ent"
-	"github.com/pin-platform/consumers/ent/referralbondreplica"
+	"github.com/pin-platform/pin/ent"
+	"github.com/pin-platform/pin/ent/referralbondreplica"
 )
 
 // ActiveBond returns the Active bond of a referred user, the basis of a

@@ -15,12 +15,12 @@ import (
 	"github.com/google/uuid"
 	"github.com/rs/zerolog"
 
-	"github.com/pin-platform/consumers/consumers/consumer"
-	"github.com/pin-platform/consumers/consumers/consumer/consumertest"
-	"github.com/pin-platform/consumers/consumers/kafkatest"
-	"github.com/pin-platform/consumers/ent"
-	"github.com/pin-platform/consumers/ent/referralbondreplica"
-	"github.com/pin-platform/consumers/migrate/pgtest"
+	"github.com/pin-platform/pin/consumers/consumer"
+	"github.com/pin-platform/pin/consumers/consumer/consumertest"
+	"github.com/pin-platform/pin/consumers/kafkatest"
+	"github.com/pin-platform/pin/ent"
+	"github.com/pin-platform/pin/ent/referralbondreplica"
+	"github.com/pin-platform/pin/migrate/pgtest"
 )
 
 const waitFor = 30 * time.Second

@@ -11,9 +11,9 @@ import (
 	"github.com/google/uuid"
 	"github.com/rs/zerolog"
 
-	"github.com/pin-platform/consumers/consumers/consumer"
-	"github.com/pin-platform/consumers/ent"
-	"github.com/pin-platform/consumers/ent/referralbondreplica"
+	"github.com/pin-platform/pin/consumers/consumer"
+	"github.com/pin-platform/pin/ent"
+	"github.com/pin-platform/pin/ent/referralbondreplica"
 )
 
 // handler holds the business logic of both routes. The runtime owns the

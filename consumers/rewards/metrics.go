@@ -7,7 +7,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/pin-platform/consumers/ent"
+	"github.com/pin-platform/pin/ent"
 )
 
 // Metric names of the spec's Observability section. The runtime feeds the

@@ -8,7 +8,7 @@ import (
 
 	"github.com/google/uuid"
 
-	"github.com/pin-platform/consumers/consumers/consumer"
+	"github.com/pin-platform/pin/consumers/consumer"
 )
 
 // Status is a bond's status as the replica stores it (varchar(32), text).

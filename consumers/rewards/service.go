@@ -3,7 +3,7 @@ package rewards
 import (
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/pin-platform/consumers/consumers/consumer"
+	"github.com/pin-platform/pin/consumers/consumer"
 )
 
 // Topic, group and DLQ of the consumer (docs/contract.md §3).

@@ -13,10 +13,10 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/pin-platform/consumers/consumers/consumer"
-	"github.com/pin-platform/consumers/consumers/crm"
-	"github.com/pin-platform/consumers/consumers/messenger"
-	"github.com/pin-platform/consumers/consumers/rewards"
+	"github.com/pin-platform/pin/consumers/consumer"
+	"github.com/pin-platform/pin/consumers/crm"
+	"github.com/pin-platform/pin/consumers/messenger"
+	"github.com/pin-platform/pin/consumers/rewards"
 )
 
 // Service is one consumer of the roster.

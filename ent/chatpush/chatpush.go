@@ -8,7 +8,7 @@ import (
 	"entgo.io/ent/dialect/sql"
 	"entgo.io/ent/dialect/sql/sqlgraph"
 	"github.com/google/uuid"
-	"github.com/pin-platform/consumers/schema/uuidarray"
+	"github.com/pin-platform/pin/schema/uuidarray"
 )
 
 const (

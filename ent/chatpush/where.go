@@ -8,8 +8,8 @@ import (
 	"entgo.io/ent/dialect/sql"
 	"entgo.io/ent/dialect/sql/sqlgraph"
 	"github.com/google/uuid"
-	"github.com/pin-platform/consumers/ent/predicate"
-	"github.com/pin-platform/consumers/schema/uuidarray"
+	"github.com/pin-platform/pin/ent/predicate"
+	"github.com/pin-platform/pin/schema/uuidarray"
 )
 
 // ID filters vertices based on their ID field.

@@ -5,12 +5,12 @@ package enttest
 import (
 	"context"
 
-	"github.com/pin-platform/consumers/ent"
+	"github.com/pin-platform/pin/ent"
 	// required by schema hooks.
-	_ "github.com/pin-platform/consumers/ent/runtime"
+	_ "github.com/pin-platform/pin/ent/runtime"
 
 	"entgo.io/ent/dialect/sql/schema"
-	"github.com/pin-platform/consumers/ent/migrate"
+	"github.com/pin-platform/pin/ent/migrate"
 )
 
 type (

@@ -6,7 +6,7 @@ import (
 	"context"
 	"fmt"
 
-	"github.com/pin-platform/consumers/ent"
+	"github.com/pin-platform/pin/ent"
 )
 
 // The ChatFunc type is an adapter to allow the use of ordinary

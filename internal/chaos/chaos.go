@@ -19,11 +19,11 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
-	"github.com/pin-platform/consumers/consumers/consumer"
-	"github.com/pin-platform/consumers/consumers/demo"
-	"github.com/pin-platform/consumers/consumers/roster"
-	"github.com/pin-platform/consumers/migrate"
-	"github.com/pin-platform/consumers/migrate/localpg"
+	"github.com/pin-platform/pin/consumers/consumer"
+	"github.com/pin-platform/pin/consumers/demo"
+	"github.com/pin-platform/pin/consumers/roster"
+	"github.com/pin-platform/pin/migrate"
+	"github.com/pin-platform/pin/migrate/localpg"
 )
 
 // Options of a run.

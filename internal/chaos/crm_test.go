@@ -7,7 +7,7 @@ import (
 
 	"github.com/google/uuid"
 
-	"github.com/pin-platform/consumers/consumers/crm"
+	"github.com/pin-platform/pin/consumers/crm"
 )
 
 // pairs of the crm tests: pair 1 has lead 601 (and the Expired 602), pair

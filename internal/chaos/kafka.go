@@ -12,7 +12,7 @@ import (
 	"github.com/confluentinc/confluent-kafka-go/v2/kafka"
 	"github.com/twmb/franz-go/pkg/kfake"
 
-	"github.com/pin-platform/consumers/consumers/demo"
+	"github.com/pin-platform/pin/consumers/demo"
 )
 
 // headerSeq carries an event's place in its service's stream: the topics

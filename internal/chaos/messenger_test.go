@@ -5,7 +5,7 @@ import (
 
 	"github.com/google/uuid"
 
-	"github.com/pin-platform/consumers/consumers/messenger"
+	"github.com/pin-platform/pin/consumers/messenger"
 )
 
 // snap is a snapshot of lead 1 (or of lead, with leadOf) as message msg.

@@ -8,8 +8,8 @@ import (
 
 	"github.com/google/uuid"
 
-	"github.com/pin-platform/consumers/consumers/demo"
-	"github.com/pin-platform/consumers/consumers/rewards"
+	"github.com/pin-platform/pin/consumers/demo"
+	"github.com/pin-platform/pin/consumers/rewards"
 )
 
 // The rewards spec's codes and outcomes, as the DLQ headers and

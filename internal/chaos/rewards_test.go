@@ -7,7 +7,7 @@ import (
 
 	"github.com/google/uuid"
 
-	"github.com/pin-platform/consumers/consumers/rewards"
+	"github.com/pin-platform/pin/consumers/rewards"
 )
 
 // ids makes readable UUIDs for hand-made sequences: id(1) is

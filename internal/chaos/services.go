@@ -10,9 +10,9 @@ import (
 	"github.com/google/uuid"
 	"github.com/lib/pq"
 
-	"github.com/pin-platform/consumers/consumers/crm"
-	"github.com/pin-platform/consumers/consumers/demo"
-	"github.com/pin-platform/consumers/consumers/messenger"
+	"github.com/pin-platform/pin/consumers/crm"
+	"github.com/pin-platform/pin/consumers/demo"
+	"github.com/pin-platform/pin/consumers/messenger"
 )
 
 // service is one consumer under the run: its topic, its stream, what other

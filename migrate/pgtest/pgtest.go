@@ -40,9 +40,9 @@ import (
 	entsql "entgo.io/ent/dialect/sql"
 	"github.com/lib/pq"
 
-	"github.com/pin-platform/consumers/ent"
-	"github.com/pin-platform/consumers/migrate"
-	"github.com/pin-platform/consumers/migrate/localpg"
+	"github.com/pin-platform/pin/ent"
+	"github.com/pin-platform/pin/migrate"
+	"github.com/pin-platform/pin/migrate/localpg"
 )
 
 // EnvURL is the variable naming the server to use (any database on it; the

@@ -9,7 +9,7 @@ import (
 
 	_ "github.com/lib/pq"
 
-	"github.com/pin-platform/consumers/migrate/pgtest"
+	"github.com/pin-platform/pin/migrate/pgtest"
 )
 
 func TestMain(m *testing.M) { pgtest.Main(m) }

@@ -13,7 +13,7 @@ import (
 func main() {
 	err := entc.Generate("./", &gen.Config{
 		Target:  "../ent",
-		Package: "github.com/pin-platform/consumers/ent",
+		Package: "github.com/pin-platform/pin/ent",
 		Features: []gen.Feature{
 			gen.FeatureUpsert,
 			gen.FeatureLock,
