@@ -154,9 +154,9 @@ func idString(id *uuid.UUID) *string {
 // FuzzDecide: Decide does not panic and keeps the documented invariants
 // for any row (or none) and event: no row — a bond-created inserts, a
 // bond-closed is an orphan; a Version not above replica_version is always
-// skipped as stale (INV-BND-1); nothing but an insert makes a bond Active,
+// skipped as stale (BND-1); nothing but an insert makes a bond Active,
 // so a terminal row (Replaced, Revoked, in any case) never changes and a
-// row that is not Active never becomes Active (INV-BND-4); an update only
+// row that is not Active never becomes Active (BND-4); an update only
 // on an Active row, a close only of a row that is not terminal and has
 // the event's ReferredUserId. The event's Status is one decodeClosed
 // accepts (a closing one).
