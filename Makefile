@@ -9,7 +9,7 @@ GOLANGCI  := $(GO) tool -modfile=tools/go.mod golangci-lint
 # there are cores.
 TESTFLAGS ?= -count=1 -parallel 8 -timeout 20m
 
-.PHONY: all build run test fuzz generate generate-check migrate-diff migrate-lint migrate-plan lint bench chaos clean clean-data
+.PHONY: all build run test tidy-check fuzz generate generate-check migrate-diff migrate-lint migrate-plan lint bench chaos clean clean-data
 
 all: build
 
@@ -21,15 +21,23 @@ build:
 run: build
 	$(BIN)/pinctl dev $(ARGS)
 
-## test: every test. One PostgreSQL serves the whole run: the one at
-## DATABASE_URL when set, else a throwaway server pinctl starts and stops.
-## Tests that run the consumer binaries take them from the bin/ just built.
+## test: every test; the runtime and the services under the race detector
+## (RACE_PKGS). One PostgreSQL serves the whole run: the one at DATABASE_URL
+## when set, else a throwaway server pinctl starts and stops. Tests that run
+## the consumer binaries take them from the bin/ just built.
+RACE_PKGS := ./consumers/consumer/... ./consumers/messenger/... ./consumers/rewards/... ./consumers/crm/...
+TEST_CMD   = PIN_CONSUMERS_BIN=$(CURDIR)/$(BIN) $(GO) test $(TESTFLAGS) -race $(RACE_PKGS) && \
+	PIN_CONSUMERS_BIN=$(CURDIR)/$(BIN) $(GO) test $(TESTFLAGS) $$($(GO) list ./... | grep -v $(patsubst ./%/...,-e /%,$(RACE_PKGS)))
 test: build
 ifdef DATABASE_URL
-	PIN_CONSUMERS_BIN=$(CURDIR)/$(BIN) $(GO) test $(TESTFLAGS) ./...
+	$(TEST_CMD)
 else
-	PIN_CONSUMERS_BIN=$(CURDIR)/$(BIN) $(BIN)/pinctl pg exec -- $(GO) test $(TESTFLAGS) ./...
+	$(BIN)/pinctl pg exec -- sh -c '$(TEST_CMD)'
 endif
+
+## tidy-check: go.mod and go.sum are what `go mod tidy` would leave.
+tidy-check:
+	@$(GO) mod tidy -diff || { echo "tidy-check: run 'go mod tidy' and commit"; exit 1; }
 
 ## fuzz: each fuzz target in turn for FUZZTIME (make fuzz FUZZTIME=10m).
 ## Their seed corpora are under each package's testdata/fuzz, which plain
