@@ -49,7 +49,7 @@ func runChaos(ctx context.Context, args []string) error {
 	fs.BoolVar(&short, "short", false, "the CI-sized run: 3000 events, one kill, one read-only window, the broker's faults")
 	fs.BoolVar(&o.Keep, "keep", false, "keep the work directory (PostgreSQL's data, the consumers' logs)")
 	fs.DurationVar(&o.Timeout, "timeout", o.Timeout, "how long the consumers may take to finish after the last event and fault")
-	fs.Func("env", "KEY=VALUE for the consumers (repeatable), e.g. CONSUMER_SHARED_TRANSACTIONS=0", func(s string) error {
+	fs.Func("env", "KEY=VALUE for the consumers (repeatable), e.g. CONSUMER_TRANSACTIONS=1", func(s string) error {
 		if k, _, ok := strings.Cut(s, "="); !ok || k == "" {
 			return fmt.Errorf("%q is not KEY=VALUE", s)
 		}

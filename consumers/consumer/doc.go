@@ -15,8 +15,8 @@
 // Delivery guarantees, rebalancing and shutdown are described in DESIGN.md at
 // the repository root; the short version: offsets are stored only after the
 // database commit (or after a confirmed DLQ publish, or after the message was
-// durably parked), per partition in order, and committed by librdkafka within
-// about a second and synchronously on revoke and shutdown. Every message is
+// durably parked), per partition in order, and committed right after (and
+// synchronously on revoke and shutdown). Every message is
 // therefore processed at least once, and the idempotency mark written in the
 // same transaction makes the effect exactly once.
 package consumer

@@ -86,7 +86,7 @@ func newMetrics(reg prometheus.Registerer, svc Service, lagSource func(context.C
 			Help: "Batches rolled back and run again at once: processed-already (redelivered messages taken out, as after a rebalance or a restart), lost-race (the marks' insert was a deadlock's victim), shared-failed (a transaction shared by several partitions' runs did not commit: each runs again on its own).",
 		}, []string{"reason"}),
 		sharedRuns: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Name: "pin_consumer_shared_transaction_runs", Help: "Partitions' runs per shared transaction (CONSUMER_SHARED_TRANSACTIONS).",
+			Name: "pin_consumer_shared_transaction_runs", Help: "Partitions' runs per transaction (CONSUMER_TRANSACTIONS lanes).",
 			Buckets: []float64{1, 2, 3, 4, 6, 8, 12, 16},
 		}),
 		offsetCommits: prometheus.NewCounterVec(prometheus.CounterOpts{

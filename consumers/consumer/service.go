@@ -41,21 +41,18 @@ type Service struct {
 	// of parking the message. For consumers whose per-key order matters.
 	Blocking bool
 
-	// Prepare, when set, runs once in every transaction that handles
-	// several messages, before the first handler, with the messages about
-	// to be handled in offset order (a MessageId met twice in the batch
-	// once). The batch's idempotency marks are inserted at its end, so a
-	// redelivered message that was processed already may be among them:
-	// its handler then runs on the state it left, and the batch is rolled
-	// back and run again without it. It returns the context those
-	// handlers run under. A service uses it to read, and lock, the rows the
-	// whole batch touches in one statement — in key order, so that the
-	// batches of two partitions wait for each other instead of
-	// deadlocking — and to hand them to its handlers through the context.
-	// What it loads is valid within tx only; handlers keep it in step with
-	// their own writes. It must skip messages it cannot read: their
-	// handlers report them. An error rolls the batch back and replays it one
-	// message at a time, without Prepare: handlers must work without it.
+	// Prepare, when set, runs first in every transaction of messages (a
+	// batch, a shared run, a message alone, a re-drive, a probe) with the
+	// messages about to be handled in offset order (a MessageId met twice
+	// once). It reads, and locks in key order, the rows they touch, one
+	// statement per table, and returns the context the handlers run under,
+	// carrying that view; the handlers decide on it and queue their
+	// writes, which it registers with BeforeCommit to write set-based.
+	// The marks go in last, so a redelivered message may be among the
+	// messages: its handler runs on the state it left, and the transaction
+	// runs again without it. It must skip messages it cannot read (their
+	// handlers report them). Its error fails the transaction; one made
+	// with FailMessage is that message's failure.
 	Prepare func(ctx context.Context, tx *ent.Tx, msgs []*Message) (context.Context, error)
 
 	// Describe, when set, gives the fields the spec's log lines carry for a

@@ -22,7 +22,7 @@ import (
 //  1. Prepare (when the service has one) reads, and locks, what the
 //     messages touch, in one statement per table, in key order;
 //  2. each handler, in offset order, decides on what Prepare read and
-//     queues its writes (a service without Prepare writes as it goes);
+//     queues its writes (a service without Prepare writes through tx);
 //  3. the BeforeCommit functions Prepare registered write what was
 //     queued, set-based;
 //  4. one insert of the marks, with their outcomes: a mark that is there
@@ -275,10 +275,10 @@ func uniqueTaken(err error) bool {
 }
 
 // guarded runs a service's transaction hook (Prepare, a BeforeCommit
-// function). A panic becomes an error, logged with its stack: the message
-// then fails as on any error (a batch runs again one message at a time,
-// where a lone message's panicking Prepare is an unexpected failure),
-// instead of the process crashing on the same batch after every restart.
+// function). A panic becomes an error, logged with its stack: the
+// transaction fails as on any hook's error (its messages run again in
+// smaller transactions, where every failure is judged on its own) instead
+// of the process crashing on the same batch after every restart.
 func (r *Runtime) guarded(what string, fn func() error) (err error) {
 	defer func() {
 		if p := recover(); p != nil {
