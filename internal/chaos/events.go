@@ -154,6 +154,10 @@ func envelopePoisons(invalid string) []poisonKind {
 		{"Payload null", invalid, set("Payload", nil)},
 		{"Payload a string", invalid, set("Payload", "{}")},
 		{"Payload an array", invalid, set("Payload", []any{1, 2})},
+		{"CreatedAt in the year 9999", invalid, set("CreatedAt", "9999-12-31T23:59:59Z")},
+		{"a NUL in the Payload", invalid, func(b []byte) []byte {
+			return mutate(b, func(env map[string]any) { payloadOf(env)["Note"] = "a\x00b" })
+		}},
 	}
 }
 
