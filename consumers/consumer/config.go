@@ -172,11 +172,15 @@ func ConfigFromEnv(environ []string, defaultHTTP string) (Config, error) {
 	// The two knobs that CONSUMER_TRANSACTIONS replaced: the shared lanes
 	// carry over, the cap on a partition's own transactions has no meaning
 	// left (every transaction takes a lane).
-	if v, ok := env["CONSUMER_SHARED_TRANSACTIONS"]; ok && env["CONSUMER_TRANSACTIONS"] == "" {
-		if n, err := strconv.Atoi(v); err == nil && n >= 1 {
-			c.Transactions = n
+	if v, ok := env["CONSUMER_SHARED_TRANSACTIONS"]; ok {
+		if _, set := env["CONSUMER_TRANSACTIONS"]; set {
+			c.Warnings = append(c.Warnings, "CONSUMER_SHARED_TRANSACTIONS is ignored: CONSUMER_TRANSACTIONS, which replaced it, is set")
+		} else {
+			if n, err := strconv.Atoi(v); err == nil && n >= 1 {
+				c.Transactions = n
+			}
+			c.Warnings = append(c.Warnings, "CONSUMER_SHARED_TRANSACTIONS is now CONSUMER_TRANSACTIONS (taken as it when ≥ 1)")
 		}
-		c.Warnings = append(c.Warnings, "CONSUMER_SHARED_TRANSACTIONS is now CONSUMER_TRANSACTIONS (taken as it when ≥ 1)")
 	}
 	if _, ok := env["CONSUMER_MAX_TRANSACTIONS"]; ok {
 		c.Warnings = append(c.Warnings, "CONSUMER_MAX_TRANSACTIONS is ignored: CONSUMER_TRANSACTIONS caps every transaction")

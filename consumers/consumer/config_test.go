@@ -74,6 +74,10 @@ func TestConfigFromEnv(t *testing.T) {
 		if c, _ = ConfigFromEnv(append(base, "CONSUMER_SHARED_TRANSACTIONS=0"), ""); c.Transactions != DefaultTransactions {
 			t.Fatalf("CONSUMER_SHARED_TRANSACTIONS=0 (sharing off, gone): %d, want the default %d", c.Transactions, DefaultTransactions)
 		}
+		c, _ = ConfigFromEnv(append(base, "CONSUMER_SHARED_TRANSACTIONS=4", "CONSUMER_TRANSACTIONS=3"), "")
+		if c.Transactions != 3 || len(c.Warnings) != 1 || !strings.Contains(c.Warnings[0], "ignored") {
+			t.Fatalf("both: %d %v; want CONSUMER_TRANSACTIONS's 3 and a warning that the old one is ignored", c.Transactions, c.Warnings)
+		}
 	})
 	t.Run("confluent-kafka-go's go.* properties are typed", func(t *testing.T) {
 		c, err := ConfigFromEnv(append(base, "KAFKA_GO_EVENTS_CHANNEL_SIZE=100", "KAFKA_GO_LOGS_CHANNEL_ENABLE=false", "KAFKA_SASL_USERNAME=12345"), "")
