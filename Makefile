@@ -109,7 +109,7 @@ bench: build
 	$(BIN)/pinctl bench $(ARGS)
 
 ## chaos: the consumers under faults, checked against a model of the events
-## (ARGS="--seed 7", ARGS="--short", ARGS="--events 100000"); see README.md.
+## (ARGS="--seed 7", ARGS="--short", ARGS="--events 100000"); see docs/operations.md.
 chaos: build
 	$(BIN)/pinctl chaos $(ARGS)
 
