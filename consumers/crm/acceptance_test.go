@@ -8,7 +8,9 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/pin-platform/pin/consumers/consumer"
 	"github.com/pin-platform/pin/consumers/kafkatest"
+	"github.com/pin-platform/pin/consumers/servicetest"
 )
 
 // The spec's acceptance criteria, each end to end: envelope produced on the
@@ -84,7 +86,7 @@ func TestAC1_SharedAppendsSelectionAttached(t *testing.T) {
 	var group, topic string
 	var part int32
 	var off int64
-	if err := h.db.QueryRow(`SELECT consumer_group, topic, "partition", "offset" FROM processed_messages WHERE idempotency_key = $1`,
+	if err := h.DB.QueryRow(`SELECT consumer_group, topic, "partition", "offset" FROM processed_messages WHERE idempotency_key = $1`,
 		KeyPrefix+e.MessageID.String()).Scan(&group, &topic, &part, &off); err != nil {
 		t.Fatal(err)
 	}
@@ -93,7 +95,7 @@ func TestAC1_SharedAppendsSelectionAttached(t *testing.T) {
 	}
 
 	// The domain event, after commit.
-	kafkatest.Eventually(t, wait, func() bool { return len(h.pub.all()) == 2 }, "2 LeadEventAdded, got %v", h.pub.all())
+	kafkatest.Eventually(t, servicetest.Wait, func() bool { return len(h.pub.all()) == 2 }, "2 LeadEventAdded, got %v", h.pub.all())
 	found := false
 	for _, ev := range h.pub.all() {
 		if ev.LeadID == l.ID {
@@ -105,13 +107,13 @@ func TestAC1_SharedAppendsSelectionAttached(t *testing.T) {
 	}
 
 	// Logs and metrics of the Observability section.
-	if n := len(h.logs.lines("attached", map[string]string{"MessageId": e.MessageID.String(), "SelectionId": e.SelectionID.String(),
+	if n := len(h.Logs.Find("attached", map[string]any{"MessageId": e.MessageID.String(), "SelectionId": e.SelectionID.String(),
 		"LeadId": l.ID.String(), "Action": "Shared", "AgentUserId": l.Agent.String(), "InvestorUserId": l.Investor.String()})); n != 1 {
 		t.Fatalf("%d 'attached' log lines with the spec's fields, want 1", n)
 	}
 	// At the default level a message logs one line, its outcome's, with
 	// the fields of the spec's "consumed" too; "consumed" is a debug line.
-	if n := len(h.logs.lines("consumed", map[string]string{"MessageId": e.MessageID.String()})); n != 0 {
+	if n := len(h.Logs.Find("consumed", map[string]any{"MessageId": e.MessageID.String()})); n != 0 {
 		t.Fatalf("%d 'consumed' lines at the default level, want 0 (debug)", n)
 	}
 	if n := run.Counter(MetricConsumeDuration, nil); n < 2 {
@@ -149,11 +151,11 @@ func TestAC2_OpenedAppendsSelectionViewed(t *testing.T) {
 	if s := h.leadState(l.ID); !s.LastEventAt.Time.Equal(at) {
 		t.Fatalf("last_event_at %v, want %s", s.LastEventAt, at)
 	}
-	kafkatest.Eventually(t, wait, func() bool { return len(h.pub.all()) == 1 }, "one LeadEventAdded")
+	kafkatest.Eventually(t, servicetest.Wait, func() bool { return len(h.pub.all()) == 1 }, "one LeadEventAdded")
 	if got := h.pub.all()[0]; got != (LeadEventAdded{LeadID: l.ID, EventID: rows[0].ID, Type: SelectionViewed}) {
 		t.Fatalf("LeadEventAdded %+v", got)
 	}
-	if n := len(h.logs.lines("viewed", map[string]string{"MessageId": e.MessageID.String(), "LeadId": l.ID.String(), "Action": "Opened"})); n != 1 {
+	if n := len(h.Logs.Find("viewed", map[string]any{"MessageId": e.MessageID.String(), "LeadId": l.ID.String(), "Action": "Opened"})); n != 1 {
 		t.Fatalf("%d 'viewed' log lines, want 1", n)
 	}
 }
@@ -185,8 +187,8 @@ func TestAC3_NoActiveLeadIsRetriedThenAppendedOrDeadLettered(t *testing.T) {
 			t.Fatalf("the waiting message has outcome %q and %d entries, want none", out, len(h.feed(waiting.MessageID)))
 		}
 		// Retried with backoff: parked, then re-driven at least once.
-		kafkatest.Eventually(t, wait, func() bool {
-			return h.count(`SELECT count(*) FROM parked_messages WHERE message_id = $1 AND error_code = $2 AND attempts >= 2`,
+		kafkatest.Eventually(t, servicetest.Wait, func() bool {
+			return h.Count(`SELECT count(*) FROM parked_messages WHERE message_id = $1 AND error_code = $2 AND attempts >= 2`,
 				waiting.MessageID, CodeLeadNotFound.Name) == 1
 		}, "the waiting message parked and retried")
 		if n := run.Counter(MetricLeadNotFound, nil); n < 2 {
@@ -195,7 +197,7 @@ func TestAC3_NoActiveLeadIsRetriedThenAppendedOrDeadLettered(t *testing.T) {
 		if n := run.Counter(MetricRetries, map[string]string{"class": "retry-later", "code": CodeLeadNotFound.Name}); n < 2 {
 			t.Fatalf("%s{retry-later, %s} = %v, want ≥ 2", MetricRetries, CodeLeadNotFound.Name, n)
 		}
-		if n := len(h.logs.lines("skipped-lead-not-found", map[string]string{"MessageId": waiting.MessageID.String(),
+		if n := len(h.Logs.Find("skipped-lead-not-found", map[string]any{"MessageId": waiting.MessageID.String(),
 			"SelectionId": waiting.SelectionID.String(), "Action": "Shared", "AgentUserId": pair.Agent.String(),
 			"InvestorUserId": pair.Investor.String()})); n < 2 {
 			t.Fatalf("%d 'skipped-lead-not-found' log lines with the spec's fields, want ≥ 2", n)
@@ -207,11 +209,11 @@ func TestAC3_NoActiveLeadIsRetriedThenAppendedOrDeadLettered(t *testing.T) {
 		if len(rows) != 1 || rows[0].LeadID != l.ID || rows[0].Tenant != l.Tenant {
 			t.Fatalf("entries %+v: want one on the new lead %s", rows, l.ID)
 		}
-		kafkatest.Eventually(t, wait, func() bool {
-			return h.count(`SELECT count(*) FROM parked_messages`) == 0
+		kafkatest.Eventually(t, servicetest.Wait, func() bool {
+			return h.Count(`SELECT count(*) FROM parked_messages`) == 0
 		}, "the parked row removed")
 		// The re-driven append raises its domain event too.
-		kafkatest.Eventually(t, wait, func() bool {
+		kafkatest.Eventually(t, servicetest.Wait, func() bool {
 			for _, ev := range h.pub.all() {
 				if ev == (LeadEventAdded{LeadID: l.ID, EventID: rows[0].ID, Type: SelectionAttached}) {
 					return true
@@ -219,7 +221,7 @@ func TestAC3_NoActiveLeadIsRetriedThenAppendedOrDeadLettered(t *testing.T) {
 			}
 			return false
 		}, "LeadEventAdded of the re-driven append, got %v", h.pub.all())
-		if n := h.kc.Count(t, DLQTopic); n != 0 {
+		if n := h.Cluster.Count(t, DLQTopic); n != 0 {
 			t.Fatalf("%d dead letters, want 0", n)
 		}
 	})
@@ -233,13 +235,13 @@ func TestAC3_NoActiveLeadIsRetriedThenAppendedOrDeadLettered(t *testing.T) {
 		run := h.start(0, "") // RETRY_TIME_SCALE 0.001: 30 ms … 960 ms, 1.89 s in all
 
 		h.waitCommitted(Group, 5, offs[0]+1) // acknowledged once parked
-		ms := h.dlq(1)
+		ms := h.AwaitDLQ(1)
 		if took := time.Since(began); took < 1890*time.Millisecond {
 			t.Fatalf("dead-lettered after %s: the backoff (30, 60, 120, 240, 480, 960 s × 0.001) was not waited", took)
 		}
 		h.checkDeadLetter(ms[0], e, offs[0], CodeLeadNotFound.Name, 7)
-		kafkatest.Eventually(t, wait, func() bool {
-			return h.count(`SELECT count(*) FROM parked_messages`) == 0
+		kafkatest.Eventually(t, servicetest.Wait, func() bool {
+			return h.Count(`SELECT count(*) FROM parked_messages`) == 0
 		}, "the parked row removed")
 		if out := h.outcome(e.MessageID); out != "" || len(h.feed(e.MessageID)) != 0 {
 			t.Fatalf("dead-lettered message has outcome %q and %d entries, want none", out, len(h.feed(e.MessageID)))
@@ -253,7 +255,7 @@ func TestAC3_NoActiveLeadIsRetriedThenAppendedOrDeadLettered(t *testing.T) {
 		if n := run.Counter(MetricDLQ, map[string]string{"code": CodeLeadNotFound.Name}); n != 1 {
 			t.Fatalf("%s{%s} = %v, want 1", MetricDLQ, CodeLeadNotFound.Name, n)
 		}
-		if n := len(h.logs.lines("dead-lettered", map[string]string{"MessageId": e.MessageID.String(), "code": CodeLeadNotFound.Name,
+		if n := len(h.Logs.Find("dead-lettered", map[string]any{"MessageId": e.MessageID.String(), "code": CodeLeadNotFound.Name,
 			"SelectionId": e.SelectionID.String(), "Action": "Shared"})); n != 1 {
 			t.Fatalf("%d 'dead-lettered' log lines with the spec's fields, want 1", n)
 		}
@@ -274,7 +276,7 @@ func TestAC4_UnknownActionIsDeadLettered(t *testing.T) {
 
 	h.waitOutcome(good.MessageID, "attached") // the partition goes on
 	h.waitCommitted(Group, 1, offs[1]+1)
-	ms := h.dlq(1)
+	ms := h.AwaitDLQ(1)
 	h.checkDeadLetter(ms[0], bad, offs[0], CodeUnknownAction.Name, 1)
 	if r := kafkatest.Header(ms[0], "x-dlq-reason"); !strings.Contains(r, `"Forwarded"`) {
 		t.Fatalf("x-dlq-reason %q does not name the value", r)
@@ -288,7 +290,7 @@ func TestAC4_UnknownActionIsDeadLettered(t *testing.T) {
 	if n := run.Counter(MetricRetries, nil); n != 0 {
 		t.Fatalf("%s = %v, want 0: not retried", MetricRetries, n)
 	}
-	if n := len(h.logs.lines("dead-lettered", map[string]string{"MessageId": bad.MessageID.String(), "code": CodeUnknownAction.Name,
+	if n := len(h.Logs.Find("dead-lettered", map[string]any{"MessageId": bad.MessageID.String(), "code": CodeUnknownAction.Name,
 		"SelectionId": bad.SelectionID.String(), "Action": "Forwarded", "AgentUserId": l.Agent.String(), "InvestorUserId": l.Investor.String()})); n != 1 {
 		t.Fatalf("%d 'dead-lettered' log lines with the spec's fields, want 1", n)
 	}
@@ -308,7 +310,7 @@ func TestAC5_RedeliveryAndReplayDuplicateNothing(t *testing.T) {
 	// does not (the key cache was bypassed: a lost mark, another writer).
 	// Its OccurredAt is later, so a lead update would show.
 	pre := newEvent(l, "Shared", at.Add(time.Minute)).on(0)
-	h.exec(`INSERT INTO lead_events (lead_id, tenant_id, type, occurred_at, source_message_id, payload)
+	h.Exec(`INSERT INTO lead_events (lead_id, tenant_id, type, occurred_at, source_message_id, payload)
 		VALUES ($1, $2, 'SelectionAttached', $3, $4, '{"pre": true}')`, l.ID, l.Tenant, at.Add(time.Minute), pre.MessageID)
 
 	offs := h.produce(e, e, pre)
@@ -327,14 +329,14 @@ func TestAC5_RedeliveryAndReplayDuplicateNothing(t *testing.T) {
 		if rows := h.feed(pre.MessageID); len(rows) != 1 || string(rows[0].Payload) != `{"pre": true}` {
 			t.Fatalf("%s: entries of the pre-existing message %+v, want the one row as it was", stage, rows)
 		}
-		if n := h.count(`SELECT count(*) FROM lead_events`); n != 2 {
+		if n := h.Count(`SELECT count(*) FROM lead_events`); n != 2 {
 			t.Fatalf("%s: %d feed entries, want 2", stage, n)
 		}
 		s := h.leadState(l.ID)
 		if s.RowVersion != 1 || !s.LastEventAt.Time.Equal(at) {
 			t.Fatalf("%s: lead %+v: want row_version 1 and last_event_at %s (duplicates leave it alone)", stage, s, at)
 		}
-		if n := h.count(`SELECT count(*) FROM processed_messages`); n != 2 {
+		if n := h.Count(`SELECT count(*) FROM processed_messages`); n != 2 {
 			t.Fatalf("%s: %d marks, want 2", stage, n)
 		}
 		if n := len(h.pub.all()); n != 1 {
@@ -345,9 +347,8 @@ func TestAC5_RedeliveryAndReplayDuplicateNothing(t *testing.T) {
 	// Both layers are counted: the second copy on partition 0 (the key),
 	// the copy on partition 3 (the key, or the unique index when it raced
 	// the first), and pre (the unique index only).
-	kafkatest.Eventually(t, wait, func() bool { return run.Counter(MetricDuplicates, nil) == 3 },
-		"%s = %v, want 3", MetricDuplicates, run.Counter(MetricDuplicates, nil))
-	if n := len(h.logs.lines("skipped-duplicate", map[string]string{"MessageId": pre.MessageID.String(),
+	h.AwaitCounter(MetricDuplicates, nil, 3)
+	if n := len(h.Logs.Find("skipped-duplicate", map[string]any{"MessageId": pre.MessageID.String(),
 		"duplicate": "source_message_id", "LeadId": l.ID.String()})); n != 1 {
 		t.Fatalf("%d 'skipped-duplicate' log lines for the second layer, want 1", n)
 	}
@@ -356,11 +357,10 @@ func TestAC5_RedeliveryAndReplayDuplicateNothing(t *testing.T) {
 	if err := run.Stop(); err != nil {
 		t.Fatal(err)
 	}
-	replay := h.start(0, "crm-selections-replay")
+	h.start(0, "crm-selections-replay")
 	h.waitCommitted("crm-selections-replay", 0, offs[2]+1)
 	h.waitCommitted("crm-selections-replay", 3, offs3[0]+1)
-	kafkatest.Eventually(t, wait, func() bool { return replay.Counter(MetricDuplicates, nil) == 4 },
-		"replay: %s = %v, want 4", MetricDuplicates, replay.Counter(MetricDuplicates, nil))
+	h.AwaitCounter(MetricDuplicates, nil, 4)
 	check("replay")
 }
 
@@ -382,15 +382,15 @@ func TestAC6_LeadLeavingActiveBeforeTheWriteAppendsNothing(t *testing.T) {
 		e := newEvent(l, "Shared", at).on(1)
 		offs := h.produce(e)
 
-		kafkatest.Eventually(t, wait, func() bool {
-			return len(h.logs.lines("parked", map[string]string{"MessageId": e.MessageID.String(), "code": CodeLeadNotActive.Name})) == 1
+		kafkatest.Eventually(t, servicetest.Wait, func() bool {
+			return len(h.Logs.Find("parked", map[string]any{"MessageId": e.MessageID.String(), "code": CodeLeadNotActive.Name})) == 1
 		}, "the message parked with %s", CodeLeadNotActive.Name)
-		if n := h.run.Counter(MetricRetries, map[string]string{"class": "retry-later", "code": CodeLeadNotActive.Name}); n != 1 {
+		if n := h.Run.Counter(MetricRetries, map[string]string{"class": "retry-later", "code": CodeLeadNotActive.Name}); n != 1 {
 			t.Fatalf("%s{retry-later, %s} = %v, want 1", MetricRetries, CodeLeadNotActive.Name, n)
 		}
 		h.waitCommitted(Group, 1, offs[0]+1)
 		// The later attempts find no Active lead for the pair.
-		ms := h.dlq(1)
+		ms := h.AwaitDLQ(1)
 		h.checkDeadLetter(ms[0], e, offs[0], CodeLeadNotFound.Name, 7)
 		if n := len(h.feedOf(l.ID)); n != 0 {
 			t.Fatalf("%d entries on the lead that left Active, want 0", n)
@@ -423,7 +423,7 @@ func TestAC6_LeadLeavingActiveBeforeTheWriteAppendsNothing(t *testing.T) {
 		if len(rows) != 1 || rows[0].LeadID != renewed.ID || rows[0].Tenant != renewed.Tenant {
 			t.Fatalf("entries %+v: want one on the renewed lead %s", rows, renewed.ID)
 		}
-		if n := h.run.Counter(MetricRetries, map[string]string{"class": "retry-later", "code": CodeLeadNotActive.Name}); n != 2 {
+		if n := h.Run.Counter(MetricRetries, map[string]string{"class": "retry-later", "code": CodeLeadNotActive.Name}); n != 2 {
 			t.Fatalf("%s{retry-later, %s} = %v, want 2", MetricRetries, CodeLeadNotActive.Name, n)
 		}
 	})
@@ -455,7 +455,7 @@ func TestConcurrentEditOfTheLeadIsRetriedThenDeadLettered(t *testing.T) {
 		if s := h.leadState(l.ID); s.RowVersion != 2 || !s.LastEventAt.Time.Equal(at) {
 			t.Fatalf("lead %+v: want row_version 2 (the edit's and ours), last_event_at %s", s, at)
 		}
-		if n := h.run.Counter(MetricRetries, map[string]string{"class": "retry-now", "code": CodeConcurrentUpdate.Name}); n != 1 {
+		if n := h.Run.Counter(MetricRetries, map[string]string{"class": "retry-now", "code": CodeConcurrentUpdate.Name}); n != 1 {
 			t.Fatalf("%s{retry-now} = %v, want 1", MetricRetries, n)
 		}
 	})
@@ -465,7 +465,7 @@ func TestConcurrentEditOfTheLeadIsRetriedThenDeadLettered(t *testing.T) {
 		calls := hooks.always(l.ID, func() { bump(l.ID) })
 		e := newEvent(l, "Shared", at).on(4)
 		offs := h.produce(e)
-		ms := h.dlq(1)
+		ms := h.AwaitDLQ(1)
 		h.checkDeadLetter(ms[0], e, offs[0], CodeConcurrentUpdate.Name, 4)
 		h.waitCommitted(Group, 4, offs[0]+1)
 		if n := len(h.feedOf(l.ID)); n != 0 {
@@ -477,7 +477,7 @@ func TestConcurrentEditOfTheLeadIsRetriedThenDeadLettered(t *testing.T) {
 		if s := h.leadState(l.ID); s.RowVersion != 4 || s.LastEventAt.Valid {
 			t.Fatalf("lead %+v: want row_version 4 (the edits' only), last_event_at NULL", s)
 		}
-		if n := h.run.Counter(MetricRetries, map[string]string{"class": "retry-now", "code": CodeConcurrentUpdate.Name}); n != 4 {
+		if n := h.Run.Counter(MetricRetries, map[string]string{"class": "retry-now", "code": CodeConcurrentUpdate.Name}); n != 4 {
 			t.Fatalf("%s{retry-now} = %v, want 1 + 3", MetricRetries, n)
 		}
 	})
@@ -505,22 +505,22 @@ func TestAC7_LongTitleIsCutTo256CharactersWithAWarning(t *testing.T) {
 	h.waitCommitted(Group, 0, offs[1]+1)
 	var title string
 	var chars, bytes int
-	if err := h.db.QueryRow(`SELECT payload->>'SelectionTitle', char_length(payload->>'SelectionTitle'), octet_length(payload->>'SelectionTitle')
+	if err := h.DB.QueryRow(`SELECT payload->>'SelectionTitle', char_length(payload->>'SelectionTitle'), octet_length(payload->>'SelectionTitle')
 		FROM lead_events WHERE source_message_id = $1`, e.MessageID).Scan(&title, &chars, &bytes); err != nil {
 		t.Fatal(err)
 	}
 	if title != long256 || chars != 256 || bytes != len(long256) {
 		t.Fatalf("stored title of %d characters, %d bytes; want the first 256 characters of the original (%d bytes)", chars, bytes, len(long256))
 	}
-	warns := h.logs.lines("selection-title-truncated", map[string]string{"level": "warn", "MessageId": e.MessageID.String(),
+	warns := h.Logs.Find("selection-title-truncated", map[string]any{"level": "warn", "MessageId": e.MessageID.String(),
 		"SelectionId": e.SelectionID.String(), "Action": "Shared"})
 	if len(warns) == 0 || warns[0]["SelectionTitleRunes"] != float64(300) {
 		t.Fatalf("warnings %v: want one naming the 300-character title", warns)
 	}
-	if err := h.db.QueryRow(`SELECT payload->>'SelectionTitle' FROM lead_events WHERE source_message_id = $1`, e2.MessageID).Scan(&title); err != nil || title != exact {
+	if err := h.DB.QueryRow(`SELECT payload->>'SelectionTitle' FROM lead_events WHERE source_message_id = $1`, e2.MessageID).Scan(&title); err != nil || title != exact {
 		t.Fatalf("a title of exactly 256 characters must be kept whole (%v)", err)
 	}
-	if n := len(h.logs.lines("selection-title-truncated", map[string]string{"MessageId": e2.MessageID.String()})); n != 0 {
+	if n := len(h.Logs.Find("selection-title-truncated", map[string]any{"MessageId": e2.MessageID.String()})); n != 0 {
 		t.Fatalf("%d warnings for a 256-character title, want 0", n)
 	}
 }
@@ -532,10 +532,10 @@ func TestAC8_OlderOccurredAtNeverMovesLastEventAtBack(t *testing.T) {
 	t0 := micro(time.Now().Add(-10 * time.Hour))
 	t1, t2 := t0.Add(time.Hour), t0.Add(2*time.Hour)
 	l := h.insertLead("Active")
-	h.exec(`UPDATE leads SET last_event_at = $2 WHERE id = $1`, l.ID, t0)
+	h.Exec(`UPDATE leads SET last_event_at = $2 WHERE id = $1`, l.ID, t0)
 	ahead := h.insertLead("Active") // a feed already ahead of every event
 	future := micro(time.Now().Add(24 * time.Hour))
-	h.exec(`UPDATE leads SET last_event_at = $2 WHERE id = $1`, ahead.ID, future)
+	h.Exec(`UPDATE leads SET last_event_at = $2 WHERE id = $1`, ahead.ID, future)
 
 	newest := newEvent(l, "Shared", t2).on(0)
 	older := newEvent(l, "Opened", t1).on(0)
@@ -545,7 +545,7 @@ func TestAC8_OlderOccurredAtNeverMovesLastEventAtBack(t *testing.T) {
 	h.start(0, "")
 
 	for _, e := range []*event{newest, older, oldest, behind} {
-		h.waitOutcome(e.MessageID, map[string]string{"Shared": "attached", "Opened": "viewed"}[e.Payload["Action"].(string)])
+		h.waitOutcome(e.MessageID, map[string]consumer.Outcome{"Shared": "attached", "Opened": "viewed"}[e.Payload["Action"].(string)])
 	}
 	h.waitCommitted(Group, 0, offs[3]+1)
 	if rows := h.feedOf(l.ID); len(rows) != 3 || !rows[0].OccurredAt.Equal(t0.Add(-time.Hour)) || !rows[2].OccurredAt.Equal(t2) {

@@ -47,11 +47,11 @@ func TestBatchesOfAllPartitionsOnTheSameLeadsNeitherDeadlockNorLoseAnUpdate(t *t
 	// first of a fetch) reads its lead optimistically, as the spec says,
 	// and can lose the race to batches of other partitions three more
 	// times — dead-lettered as CRM_CONCURRENT_UPDATE. Nothing is lost.
-	dlq := h.run.Counter(MetricDLQ, map[string]string{"code": CodeConcurrentUpdate.Name})
-	if other := h.run.Counter(MetricDLQ, nil) - dlq; other != 0 {
+	dlq := h.Run.Counter(MetricDLQ, map[string]string{"code": CodeConcurrentUpdate.Name})
+	if other := h.Run.Counter(MetricDLQ, nil) - dlq; other != 0 {
 		t.Errorf("%v dead letters of other codes, want 0", other)
 	}
-	if n := h.count(`SELECT count(*) FROM lead_events`); n+int(dlq) != nEvents {
+	if n := h.Count(`SELECT count(*) FROM lead_events`); n+int(dlq) != nEvents {
 		t.Fatalf("lead_events = %d and %v dead-lettered, want %d together", n, dlq, nEvents)
 	}
 	if dlq > 0 {
@@ -75,11 +75,11 @@ func TestBatchesOfAllPartitionsOnTheSameLeadsNeitherDeadlockNorLoseAnUpdate(t *t
 	// Batches lock their leads up front in id order: no deadlock and no
 	// serialization failure between partitions.
 	for _, code := range []string{"40P01", "40001"} {
-		if n := h.run.Counter(MetricRetries, map[string]string{"code": code}); n != 0 {
+		if n := h.Run.Counter(MetricRetries, map[string]string{"code": code}); n != 0 {
 			t.Errorf("%s{code=%s} = %v, want 0", MetricRetries, code, n)
 		}
 	}
-	if n := h.run.Counter("pin_consumer_batch_size", nil); n == 0 {
+	if n := h.Run.Counter("pin_consumer_batch_size", nil); n == 0 {
 		t.Error("no batch was committed: the test did not exercise batches")
 	}
 }

@@ -2,7 +2,6 @@ package crm
 
 import (
 	"encoding/json"
-	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -12,29 +11,11 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/pin-platform/pin/consumers/consumer"
+	"github.com/pin-platform/pin/consumers/servicetest"
 )
 
 // The fuzz targets of this package; their seed corpora are under
 // testdata/fuzz/<name> (plain `go test` runs them), `make fuzz` fuzzes each.
-
-// maxSkew is the runtime's default MAX_CLOCK_SKEW.
-const maxSkew = 24 * time.Hour
-
-// runtimeMessage is the message the runtime hands the handler for a value
-// whose Payload is payload: the envelope around it is decoded by
-// DecodeEnvelope (an error is EVENT_ENVELOPE_INVALID, the handler never
-// runs), and the message carries the service's invalid code and the
-// default MAX_CLOCK_SKEW.
-func runtimeMessage(svc consumer.Service, payload []byte) (*consumer.Message, error) {
-	value := `{"MessageId":"6f1c2b9e-1111-4222-8333-444455556666","EventType":"` + svc.Routes[0].EventType +
-		`","ContractVersion":1,"CreatedAt":"2026-11-30T10:00:00Z","AggregateId":"6f1c2b1e-1b7a-4c39-9d1f-0e2a3b4c5d6e","AggregateType":"Selection","Payload":` +
-		string(payload) + `}`
-	env, err := consumer.DecodeEnvelope([]byte(value))
-	if err != nil {
-		return nil, err
-	}
-	return consumer.NewMessage(env, svc.InvalidCode, maxSkew), nil
-}
 
 // FuzzDecodeCRM: decode (the handler's DecodePayload, validate and
 // CheckTime) does not panic on any Payload; a refusal carries exactly one
@@ -50,14 +31,14 @@ func runtimeMessage(svc consumer.Service, payload []byte) (*consumer.Message, er
 func FuzzDecodeCRM(f *testing.F) {
 	svc := New(prometheus.NewRegistry())
 	f.Fuzz(func(t *testing.T, payload []byte) {
-		m, err := runtimeMessage(svc, payload)
+		m, err := servicetest.PayloadMessage(svc, EventType, "Selection", payload)
 		if err != nil {
-			requireOnlyCode(t, err, consumer.EnvelopeInvalid)
+			servicetest.RequireOneCode(t, err, consumer.EnvelopeInvalid)
 			return
 		}
 		p, ev, err := decode(m)
 		if err != nil {
-			c := requireOneCode(t, err, CodeEventInvalid, CodeUnknownAction)
+			c := servicetest.RequireOneCode(t, err, CodeEventInvalid, CodeUnknownAction)
 			if c.Name == CodeUnknownAction.Name {
 				shared := p
 				shared.Action = ptr("Shared")
@@ -107,7 +88,7 @@ func checkEvent(t *testing.T, p wirePayload, ev SelectionShared) {
 	if ev.Action != ActionShared && ev.Action != ActionOpened {
 		t.Fatalf("accepted Action %q", ev.Action)
 	}
-	if ev.OccurredAt.IsZero() || ev.OccurredAt.After(time.Now().Add(maxSkew)) {
+	if ev.OccurredAt.IsZero() || ev.OccurredAt.After(time.Now().Add(servicetest.MaxSkew)) {
 		t.Fatalf("accepted OccurredAt %s: zero or beyond MAX_CLOCK_SKEW", ev.OccurredAt)
 	}
 	if _, err := ev.OccurredAt.MarshalJSON(); err != nil {
@@ -131,7 +112,7 @@ func messageOf(t *testing.T, svc consumer.Service, w wirePayload) *consumer.Mess
 	if err != nil {
 		t.Fatalf("encode %+v: %v", w, err)
 	}
-	m, err := runtimeMessage(svc, b)
+	m, err := servicetest.PayloadMessage(svc, EventType, "Selection", b)
 	if err != nil {
 		t.Fatalf("written back, the payload is not a readable envelope: %v\n%s", err, b)
 	}
@@ -139,34 +120,3 @@ func messageOf(t *testing.T, svc consumer.Service, w wirePayload) *consumer.Mess
 }
 
 func ptr[T any](v T) *T { return &v }
-
-// requireOneCode fails unless err carries exactly one of the codes: every
-// *consumer.Error along its chain has the same name, one of theirs. It
-// returns that code.
-func requireOneCode(t *testing.T, err error, codes ...consumer.Code) consumer.Code {
-	t.Helper()
-	var got *consumer.Code
-	for e := err; e != nil; e = errors.Unwrap(e) {
-		if ce, ok := e.(*consumer.Error); ok {
-			if got != nil && ce.Code.Name != got.Name {
-				t.Fatalf("error %q carries two codes, %s and %s", err, got.Name, ce.Code.Name)
-			}
-			got = &ce.Code
-		}
-	}
-	if got == nil {
-		t.Fatalf("error %q carries no code", err)
-	}
-	for _, c := range codes {
-		if c.Name == got.Name {
-			return c
-		}
-	}
-	t.Fatalf("error %q carries code %s, not one of the service's", err, got.Name)
-	return consumer.Code{}
-}
-
-func requireOnlyCode(t *testing.T, err error, c consumer.Code) {
-	t.Helper()
-	requireOneCode(t, err, c)
-}

@@ -1,13 +1,8 @@
 package crm
 
 import (
-	"bytes"
 	"context"
 	"database/sql"
-	"encoding/json"
-	"io"
-	"os"
-	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -15,29 +10,19 @@ import (
 	"github.com/confluentinc/confluent-kafka-go/v2/kafka"
 	"github.com/google/uuid"
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/rs/zerolog"
 
 	"github.com/pin-platform/pin/consumers/consumer"
 	"github.com/pin-platform/pin/consumers/consumer/consumertest"
 	"github.com/pin-platform/pin/consumers/kafkatest"
-	"github.com/pin-platform/pin/migrate/pgtest"
+	"github.com/pin-platform/pin/consumers/servicetest"
 )
 
-func TestMain(m *testing.M) { pgtest.Main(m) }
-
-// wait is the deadline of every poll in these tests.
-const wait = 30 * time.Second
-
-// harness is one test's world: a mock cluster with the contract's topics, a
-// fresh migrated database and, once started, the consumer.
+// harness is one test's world: a broker with the contract's topics (6
+// partitions each), a fresh migrated database and, once started, the
+// consumer.
 type harness struct {
-	t    *testing.T
-	kc   *kafkatest.Cluster
-	db   *sql.DB
-	url  string
-	run  *consumertest.Running
-	pub  *recorder
-	logs *logSink
+	*servicetest.Env
+	pub *recorder
 	// optimistic runs the consumer without its batch Prepare: every
 	// message takes the spec's optimistic path (read the lead, write
 	// conditioned on its row_version), which in production serves the
@@ -50,21 +35,14 @@ type harness struct {
 
 func newHarness(t *testing.T) *harness {
 	t.Helper()
-	kc := kafkatest.NewCluster(t, map[string]int{Topic: 6, DLQTopic: 6})
-	_, db, url := pgtest.NewClient(t)
-	return &harness{t: t, kc: kc, db: db, url: url, pub: &recorder{}, logs: &logSink{}}
+	return &harness{Env: servicetest.New(t, New, 6), pub: &recorder{}}
 }
 
 // start runs the consumer with retry delays scaled by scale (0: the
 // consumertest default, 0.001). group, when not empty, replaces the
 // service's group (a replica filled from offset 0).
 func (h *harness) start(scale float64, group string) *consumertest.Running {
-	h.t.Helper()
-	var w io.Writer = h.logs
-	if testing.Verbose() {
-		w = io.MultiWriter(h.logs, zerolog.ConsoleWriter{Out: os.Stderr, NoColor: true})
-	}
-	log := zerolog.New(w).Level(zerolog.InfoLevel).With().Timestamp().Logger()
+	h.T.Helper()
 	build := func(reg prometheus.Registerer) consumer.Service {
 		svc := Options{Publisher: h.pub.publish}.New(reg)
 		if h.optimistic {
@@ -76,13 +54,12 @@ func (h *harness) start(scale float64, group string) *consumertest.Running {
 		return svc
 	}
 	// Registered before Start: runs once the consumer stopped.
-	h.t.Cleanup(func() {
-		for _, l := range h.logs.lines("handler panicked", nil) {
-			h.t.Errorf("the handler panicked: %v\n%v", l["panic"], l["stack"])
+	h.T.Cleanup(func() {
+		for _, l := range h.Logs.Find("handler panicked", nil) {
+			h.T.Errorf("the handler panicked: %v\n%v", l["panic"], l["stack"])
 		}
 	})
-	h.run = consumertest.Start(h.t, h.kc.Bootstrap, h.url, build, consumertest.Options{RetryTimeScale: scale, Logger: &log})
-	return h.run
+	return h.StartService(build, consumertest.Options{RetryTimeScale: scale})
 }
 
 // testLead is a row of leads inserted by a test.
@@ -93,42 +70,26 @@ type testLead struct {
 // insertLead inserts a lead of a new pair with the given status, the way
 // the contract says tests insert leads.
 func (h *harness) insertLead(status string) testLead {
-	h.t.Helper()
+	h.T.Helper()
 	return h.insertLeadFor(uuid.New(), uuid.New(), status)
 }
 
 func (h *harness) insertLeadFor(agent, investor uuid.UUID, status string) testLead {
-	h.t.Helper()
+	h.T.Helper()
 	l := testLead{ID: uuid.New(), Tenant: uuid.New(), Agent: agent, Investor: investor}
-	h.exec(`INSERT INTO leads (id, tenant_id, executor_agent_user_id, primary_investor_user_id, status) VALUES ($1, $2, $3, $4, $5)`,
+	h.Exec(`INSERT INTO leads (id, tenant_id, executor_agent_user_id, primary_investor_user_id, status) VALUES ($1, $2, $3, $4, $5)`,
 		l.ID, l.Tenant, l.Agent, l.Investor, status)
 	return l
 }
 
-func (h *harness) exec(q string, args ...any) {
-	h.t.Helper()
-	if _, err := h.db.Exec(q, args...); err != nil {
-		h.t.Fatalf("%s: %v", q, err)
-	}
-}
-
-// execAsync is exec for the consumer's goroutines (hooks): a failure is
+// execAsync is Exec for the consumer's goroutines (hooks): a failure is
 // reported without stopping the goroutine.
 func (h *harness) execAsync(q string, args ...any) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if _, err := h.db.ExecContext(ctx, q, args...); err != nil {
-		h.t.Errorf("%s: %v", q, err)
+	if _, err := h.DB.ExecContext(ctx, q, args...); err != nil {
+		h.T.Errorf("%s: %v", q, err)
 	}
-}
-
-func (h *harness) count(q string, args ...any) int {
-	h.t.Helper()
-	var n int
-	if err := h.db.QueryRow(q, args...).Scan(&n); err != nil {
-		h.t.Fatalf("%s: %v", q, err)
-	}
-	return n
 }
 
 // event is a selection-shared message to produce.
@@ -163,36 +124,27 @@ func newEvent(l testLead, action string, occurredAt time.Time) *event {
 
 func (e *event) on(partition int32) *event { e.Partition = partition; return e }
 
-func (e *event) value() []byte {
-	b, err := json.Marshal(map[string]any{
-		"MessageId":       e.MessageID.String(),
-		"EventType":       EventType,
-		"ContractVersion": e.Version,
-		"CreatedAt":       e.CreatedAt.UTC().Format(time.RFC3339Nano),
-		"AggregateId":     e.SelectionID.String(),
-		"AggregateType":   "Selection",
-		"Payload":         e.Payload,
-	})
-	if err != nil {
-		panic(err)
-	}
-	return b
+// envelope is e's envelope (docs/contract.md §4.1).
+func (e *event) envelope() servicetest.Envelope {
+	return servicetest.Envelope{MessageID: e.MessageID, EventType: EventType, ContractVersion: e.Version,
+		CreatedAt: e.CreatedAt, AggregateID: e.SelectionID, AggregateType: "Selection", Payload: e.Payload}
 }
 
+func (e *event) value() []byte { return e.envelope().Value() }
+
 func (e *event) message() kafkatest.Message {
-	return kafkatest.Message{Partition: e.Partition, Key: []byte(e.SelectionID.String()), Value: e.value(),
-		Headers: map[string]string{"x-test-origin": "crm"}}
+	return e.envelope().Message(e.SelectionID, e.Partition, map[string]string{"x-test-origin": "crm"})
 }
 
 // produce writes the events in order and returns their offsets.
 func (h *harness) produce(evs ...*event) []int64 {
-	h.t.Helper()
+	h.T.Helper()
 	msgs := make([]kafkatest.Message, len(evs))
 	for i, e := range evs {
 		msgs[i] = e.message()
 	}
 	var offs []int64
-	for _, tp := range h.kc.Produce(h.t, Topic, msgs...) {
+	for _, tp := range h.Produce(msgs...) {
 		offs = append(offs, int64(tp.Offset))
 	}
 	return offs
@@ -201,73 +153,26 @@ func (h *harness) produce(evs ...*event) []int64 {
 // outcome is the processed_messages outcome of the message ("" when it has
 // no mark).
 func (h *harness) outcome(id uuid.UUID) string {
-	h.t.Helper()
-	var out string
-	err := h.db.QueryRow(`SELECT outcome FROM processed_messages WHERE idempotency_key = $1`, KeyPrefix+id.String()).Scan(&out)
-	if err == sql.ErrNoRows {
-		return ""
-	}
-	if err != nil {
-		h.t.Fatal(err)
-	}
-	return out
+	h.T.Helper()
+	return h.Outcome(EventType, id)
 }
 
-func (h *harness) waitOutcome(id uuid.UUID, want string) {
-	h.t.Helper()
-	kafkatest.Eventually(h.t, wait, func() bool { return h.outcome(id) == want }, "outcome of %s: got %q, want %q", id, h.outcome(id), want)
+func (h *harness) waitOutcome(id uuid.UUID, want consumer.Outcome) {
+	h.T.Helper()
+	h.AwaitOutcome(EventType, id, want)
 }
 
 // waitCommitted waits until the group committed offset want on partition.
 func (h *harness) waitCommitted(group string, partition int32, want int64) {
-	h.t.Helper()
-	kafkatest.Eventually(h.t, wait, func() bool {
-		return h.kc.Committed(h.t, group, Topic)[partition] == want
-	}, "committed offset of %s on partition %d: want %d", group, partition, want)
+	h.T.Helper()
+	h.AwaitCommitted(group, map[int32]int64{partition: want})
 }
 
-// dlq reads n dead letters.
-func (h *harness) dlq(n int) []*kafka.Message {
-	h.t.Helper()
-	ms := h.kc.ReadAll(h.t, DLQTopic, n, wait)
-	if len(ms) != n {
-		h.t.Fatalf("read %d dead letters, want %d", len(ms), n)
-	}
-	return ms
-}
-
-// checkDeadLetter checks the DLQ copy of e: key, value and original
-// headers byte for byte, and the contract's x-* headers.
+// checkDeadLetter checks the DLQ copy of e, produced at offset
+// (servicetest.Env.CheckDeadLetter).
 func (h *harness) checkDeadLetter(m *kafka.Message, e *event, offset int64, code string, attempts int) {
-	h.t.Helper()
-	want := e.message()
-	if !bytes.Equal(m.Key, want.Key) || !bytes.Equal(m.Value, want.Value) {
-		h.t.Errorf("dead letter key/value differ from the original:\n%s\n%s", m.Value, want.Value)
-	}
-	if m.TopicPartition.Partition != e.Partition {
-		h.t.Errorf("dead letter on DLQ partition %d, want %d (the source's)", m.TopicPartition.Partition, e.Partition)
-	}
-	hd := func(k string) string { return kafkatest.Header(m, k) }
-	checks := map[string]string{
-		"x-test-origin":                  "crm",
-		consumer.HeaderErrorCode:         code,
-		consumer.HeaderSourceTopic:       Topic,
-		consumer.HeaderOriginalPartition: strconv.Itoa(int(e.Partition)),
-		consumer.HeaderOriginalOffset:    strconv.FormatInt(offset, 10),
-		consumer.HeaderConsumerGroup:     Group,
-		consumer.HeaderAttempts:          strconv.Itoa(attempts),
-	}
-	for k, v := range checks {
-		if got := hd(k); got != v {
-			h.t.Errorf("dead letter header %s = %q, want %q", k, got, v)
-		}
-	}
-	if hd(consumer.HeaderReason) == "" {
-		h.t.Errorf("dead letter has no %s", consumer.HeaderReason)
-	}
-	if _, err := time.Parse(time.RFC3339, hd(consumer.HeaderDLQAt)); err != nil {
-		h.t.Errorf("dead letter %s = %q: %v", consumer.HeaderDLQAt, hd(consumer.HeaderDLQAt), err)
-	}
+	h.T.Helper()
+	h.CheckDeadLetter(h.T, m, e.message(), kafka.TopicPartition{Partition: e.Partition, Offset: kafka.Offset(offset)}, code, attempts)
 }
 
 // feedRow is a lead_events row.
@@ -283,33 +188,33 @@ type feedRow struct {
 
 // feed returns the lead_events rows of the message.
 func (h *harness) feed(msgID uuid.UUID) []feedRow {
-	h.t.Helper()
+	h.T.Helper()
 	return h.feedWhere(`source_message_id = $1`, msgID)
 }
 
 func (h *harness) feedOf(leadID uuid.UUID) []feedRow {
-	h.t.Helper()
+	h.T.Helper()
 	return h.feedWhere(`lead_id = $1`, leadID)
 }
 
 func (h *harness) feedWhere(where string, arg any) []feedRow {
-	h.t.Helper()
-	rows, err := h.db.Query(`SELECT id, lead_id, tenant_id, type, occurred_at, source_message_id, payload, created_by_user_id, created_at
+	h.T.Helper()
+	rows, err := h.DB.Query(`SELECT id, lead_id, tenant_id, type, occurred_at, source_message_id, payload, created_by_user_id, created_at
 		FROM lead_events WHERE `+where+` ORDER BY occurred_at`, arg)
 	if err != nil {
-		h.t.Fatal(err)
+		h.T.Fatal(err)
 	}
 	defer rows.Close()
 	var out []feedRow
 	for rows.Next() {
 		var r feedRow
 		if err := rows.Scan(&r.ID, &r.LeadID, &r.Tenant, &r.Type, &r.OccurredAt, &r.SourceMessageID, &r.Payload, &r.CreatedBy, &r.CreatedAt); err != nil {
-			h.t.Fatal(err)
+			h.T.Fatal(err)
 		}
 		out = append(out, r)
 	}
 	if err := rows.Err(); err != nil {
-		h.t.Fatal(err)
+		h.T.Fatal(err)
 	}
 	return out
 }
@@ -323,11 +228,11 @@ type leadRow struct {
 }
 
 func (h *harness) leadState(id uuid.UUID) leadRow {
-	h.t.Helper()
+	h.T.Helper()
 	var r leadRow
-	if err := h.db.QueryRow(`SELECT status, last_event_at, row_version, updated_at FROM leads WHERE id = $1`, id).
+	if err := h.DB.QueryRow(`SELECT status, last_event_at, row_version, updated_at FROM leads WHERE id = $1`, id).
 		Scan(&r.Status, &r.LastEventAt, &r.RowVersion, &r.UpdatedAt); err != nil {
-		h.t.Fatal(err)
+		h.T.Fatal(err)
 	}
 	return r
 }
@@ -348,25 +253,6 @@ func (r *recorder) all() []LeadEventAdded {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return append([]LeadEventAdded(nil), r.events...)
-}
-
-// logSink keeps the consumer's JSON log lines.
-type logSink struct{ consumertest.LogBuffer }
-
-// lines returns the log lines whose message is msg and whose fields include
-// every one of match.
-func (s *logSink) lines(msg string, match map[string]string) []map[string]any {
-	return s.Lines(func(l map[string]any) bool {
-		if l["message"] != msg {
-			return false
-		}
-		for k, v := range match {
-			if s, _ := l[k].(string); s != v {
-				return false
-			}
-		}
-		return true
-	})
 }
 
 // micro truncates t to PostgreSQL's timestamp precision.

@@ -12,6 +12,7 @@ import (
 	"github.com/pin-platform/pin/consumers/consumer"
 	"github.com/pin-platform/pin/consumers/consumer/consumertest"
 	"github.com/pin-platform/pin/consumers/kafkatest"
+	"github.com/pin-platform/pin/consumers/servicetest"
 )
 
 // Each test below is one acceptance criterion of the spec, end to end: the
@@ -35,7 +36,7 @@ func TestAC01_NewUserIsAdded(t *testing.T) {
 	e.awaitOutcome(v2.ID, Synced)
 	e.awaitCommitted(tps...)
 
-	checkActive(t, e.db, chatID, member{agent, RoleExecutor}, member{investor, RoleInvestorPrimary})
+	checkActive(t, e.DB, chatID, member{agent, RoleExecutor}, member{investor, RoleInvestorPrimary})
 	if s := e.chat(chatID); s.LeadMemberVersion.Int64 != 2 || s.RowVersion != 2 {
 		t.Fatalf("chat %+v, want lead_member_version 2, row_version 2", s)
 	}
@@ -51,7 +52,7 @@ func TestAC01_NewUserIsAdded(t *testing.T) {
 	if last := ps[1]; !sameIDs(last.Recipients, []uuid.UUID{agent, investor}) || len(last.Revoked) != 0 || last.Pushed {
 		t.Fatalf("chat_updates of v2: %+v", last)
 	}
-	if n := e.metric("messenger_participants_added_total", nil); n != 2 {
+	if n := e.Run.Counter("messenger_participants_added_total", nil); n != 2 {
 		t.Fatalf("messenger_participants_added_total = %v, want 2", n)
 	}
 }
@@ -71,7 +72,7 @@ func TestAC02_MissingMemberIsRemoved(t *testing.T) {
 	e.awaitOutcome(v2.ID, Synced)
 	e.awaitCommitted(tps...)
 
-	checkActive(t, e.db, chatID, member{agent, RoleExecutor})
+	checkActive(t, e.DB, chatID, member{agent, RoleExecutor})
 	if ps := e.participants(chatID); len(ps) != 2 {
 		t.Fatalf("participants %+v: the removed member's row must stay", ps)
 	}
@@ -87,7 +88,7 @@ func TestAC02_MissingMemberIsRemoved(t *testing.T) {
 	if s := e.chat(chatID); s.LeadMemberVersion.Int64 != 2 {
 		t.Fatalf("lead_member_version %v, want 2", s.LeadMemberVersion)
 	}
-	if n := e.metric("messenger_participants_removed_total", nil); n != 1 {
+	if n := e.Run.Counter("messenger_participants_removed_total", nil); n != 1 {
 		t.Fatalf("messenger_participants_removed_total = %v, want 1", n)
 	}
 }
@@ -107,7 +108,7 @@ func TestAC03_RoleChangeUpdatesRole(t *testing.T) {
 	e.awaitOutcome(v2.ID, Synced)
 	e.awaitCommitted(tps...)
 
-	checkActive(t, e.db, chatID, member{agent, RoleExecutor}, member{helper, RoleCoAgent})
+	checkActive(t, e.DB, chatID, member{agent, RoleExecutor}, member{helper, RoleCoAgent})
 	if ps := e.participants(chatID); len(ps) != 2 {
 		t.Fatalf("participants %+v, want the same two rows", ps)
 	}
@@ -151,7 +152,7 @@ func TestAC04_HandOverLeavesExactlyOneExecutor(t *testing.T) {
 		e.awaitOutcome(v2.ID, Synced)
 		e.awaitCommitted(tps...)
 
-		checkActive(t, e.db, chatID, member{next, RoleExecutor}, member{inv, RoleInvestorPrimary})
+		checkActive(t, e.DB, chatID, member{next, RoleExecutor}, member{inv, RoleInvestorPrimary})
 		oneExecutor(t, chatID, next)
 		evs := e.eventsOfMessage(chatID, v2.ID)
 		if len(evs) != 2 {
@@ -188,7 +189,7 @@ func TestAC04_HandOverLeavesExactlyOneExecutor(t *testing.T) {
 		e.awaitOutcome(v2.ID, Synced)
 		e.awaitCommitted(tps...)
 
-		checkActive(t, e.db, chatID, member{next, RoleExecutor}, member{inv, RoleInvestorPrimary})
+		checkActive(t, e.DB, chatID, member{next, RoleExecutor}, member{inv, RoleInvestorPrimary})
 		oneExecutor(t, chatID, next)
 		types := map[uuid.UUID]string{}
 		for _, x := range e.eventsOfMessage(chatID, v2.ID) {
@@ -219,7 +220,7 @@ func TestAC05_SeveralAgentsAndInvestorsAreAllActive(t *testing.T) {
 	e.awaitOutcome(v1.ID, Synced)
 	e.awaitCommitted(tps...)
 
-	checkActive(t, e.db, chatID, team...)
+	checkActive(t, e.DB, chatID, team...)
 	evs := e.eventsOfMessage(chatID, v1.ID)
 	if len(evs) != len(team) {
 		t.Fatalf("%d facts, want %d ParticipantJoined", len(evs), len(team))
@@ -249,10 +250,10 @@ func TestAC06_DismissalCascadeRevokesAccessAndKeepsHistory(t *testing.T) {
 	e.awaitOutcome(v2.ID, Synced)
 	e.awaitCommitted(tps...)
 
-	checkActive(t, e.db, chatID, member{agent, RoleExecutor}, member{inv, RoleInvestorPrimary})
+	checkActive(t, e.DB, chatID, member{agent, RoleExecutor}, member{inv, RoleInvestorPrimary})
 	var rowID uuid.UUID
 	var removed bool
-	if err := e.db.QueryRow(`SELECT id, removed_at IS NOT NULL FROM chat_participants WHERE chat_id = $1 AND user_id = $2`,
+	if err := e.DB.QueryRow(`SELECT id, removed_at IS NOT NULL FROM chat_participants WHERE chat_id = $1 AND user_id = $2`,
 		chatID, dismissed).Scan(&rowID, &removed); err != nil || !removed {
 		t.Fatalf("dismissed member's row: removed=%v err=%v, want kept with removed_at set", removed, err)
 	}
@@ -281,11 +282,11 @@ func TestAC06_DismissalCascadeRevokesAccessAndKeepsHistory(t *testing.T) {
 	tps = e.produce(v3)
 	e.awaitOutcome(v3.ID, Synced)
 	var again uuid.UUID
-	if err := e.db.QueryRow(`SELECT id FROM chat_participants WHERE chat_id = $1 AND user_id = $2 AND removed_at IS NULL`,
+	if err := e.DB.QueryRow(`SELECT id FROM chat_participants WHERE chat_id = $1 AND user_id = $2 AND removed_at IS NULL`,
 		chatID, dismissed).Scan(&again); err != nil || again != rowID {
 		t.Fatalf("returning member: row %s (err %v), want the same row %s reactivated", again, err, rowID)
 	}
-	checkActive(t, e.db, chatID, member{agent, RoleExecutor}, member{inv, RoleInvestorPrimary}, member{dismissed, RoleAssistant})
+	checkActive(t, e.DB, chatID, member{agent, RoleExecutor}, member{inv, RoleInvestorPrimary}, member{dismissed, RoleAssistant})
 	e.awaitCommitted(tps...)
 }
 
@@ -321,10 +322,10 @@ func TestAC07_StaleVersionIsSkipped(t *testing.T) {
 	if n, m := len(e.events(chatID)), len(e.pushes(chatID)); n != before.events || m != before.pushes {
 		t.Fatalf("%d facts, %d chat_updates; want unchanged %d, %d", n, m, before.events, before.pushes)
 	}
-	if n := e.metric("messenger_lead_participants_stale_total", nil); n != 2 {
+	if n := e.Run.Counter("messenger_lead_participants_stale_total", nil); n != 2 {
 		t.Fatalf("messenger_lead_participants_stale_total = %v, want 2", n)
 	}
-	if got := e.logs.find("skipped-stale", map[string]any{"LeadId": lead.String(), "ChatId": chatID.String()}); len(got) != 2 {
+	if got := e.Logs.Find("skipped-stale", map[string]any{"LeadId": lead.String(), "ChatId": chatID.String()}); len(got) != 2 {
 		t.Fatalf("%d skipped-stale log lines with LeadId and ChatId, want 2", len(got))
 	}
 }
@@ -346,7 +347,7 @@ func TestAC08_OutOfOrderAndLostDeltasConverge(t *testing.T) {
 		e.awaitOutcome(v3.ID, Synced)
 		e.awaitOutcome(v2.ID, SkippedStale)
 		e.awaitCommitted(tps...)
-		checkActive(t, e.db, chatID, member{a, RoleExecutor}, member{c, RoleLawyer})
+		checkActive(t, e.DB, chatID, member{a, RoleExecutor}, member{c, RoleLawyer})
 		for _, x := range e.events(chatID) {
 			if x.UserID == b {
 				t.Fatalf("fact %+v: the overtaken snapshot must leave no trace", x)
@@ -364,7 +365,7 @@ func TestAC08_OutOfOrderAndLostDeltasConverge(t *testing.T) {
 		tps := e.produce(v1, v3)
 		e.awaitOutcome(v3.ID, Synced)
 		e.awaitCommitted(tps...)
-		checkActive(t, e.db, chatID, member{a, RoleExecutor}, member{c, RoleInvestorPrimary})
+		checkActive(t, e.DB, chatID, member{a, RoleExecutor}, member{c, RoleInvestorPrimary})
 		types := map[uuid.UUID]string{}
 		for _, x := range e.eventsOfMessage(chatID, v3.ID) {
 			types[x.UserID] = x.Type
@@ -395,23 +396,21 @@ func TestAC09_SameMessageIdIsSkippedAsDuplicate(t *testing.T) {
 	reused := v1
 	reused.Version, reused.Active = 2, []member{{a, RoleExecutor}, {b, RoleLawyer}}
 	tps := e.produce(v1, reused)
-	kafkatest.Eventually(t, wait, func() bool {
-		return e.metric("pin_consumer_messages_total", map[string]string{"outcome": string(consumer.SkippedDuplicate)}) == 2
-	}, "two skipped-duplicate outcomes")
+	e.AwaitCounter("pin_consumer_messages_total", map[string]string{"outcome": string(consumer.SkippedDuplicate)}, 2)
 	e.awaitCommitted(append(first, tps...)...)
 
 	if got := e.chat(chatID); got != before {
 		t.Fatalf("chat %+v, want unchanged %+v", got, before)
 	}
-	checkActive(t, e.db, chatID, member{a, RoleExecutor})
-	if n := e.count(`SELECT count(*) FROM processed_messages`); n != 1 {
+	checkActive(t, e.DB, chatID, member{a, RoleExecutor})
+	if n := e.Count(`SELECT count(*) FROM processed_messages`); n != 1 {
 		t.Fatalf("%d idempotency marks, want 1", n)
 	}
 	if n, m := len(e.events(chatID)), len(e.pushes(chatID)); n != 1 || m != 1 {
 		t.Fatalf("%d facts, %d chat_updates; want 1, 1", n, m)
 	}
 	var off int64
-	if err := e.db.QueryRow(`SELECT "offset" FROM processed_messages`).Scan(&off); err != nil || off != int64(first[0].Offset) {
+	if err := e.DB.QueryRow(`SELECT "offset" FROM processed_messages`).Scan(&off); err != nil || off != int64(first[0].Offset) {
 		t.Fatalf("mark's offset %d (err %v), want the first delivery's %d", off, err, first[0].Offset)
 	}
 }
@@ -435,33 +434,33 @@ func TestAC10_ChatNotProvisionedIsRetriedThenAppliedOrDeadLettered(t *testing.T)
 		// The other lead's event, behind the waiting ones on partition 0,
 		// is applied while they wait (the schedule gives them 3 s).
 		e.awaitOutcome(o1.ID, Synced)
-		checkActive(t, e.db, otherChat, member{b, RoleExecutor})
+		checkActive(t, e.DB, otherChat, member{b, RoleExecutor})
 		for _, x := range []ev{w1, w2} {
 			if got := e.outcome(x.ID); got != "" {
 				t.Fatalf("message %s of the unprovisioned lead has outcome %q already", x.ID, got)
 			}
-			if n := e.count(`SELECT count(*) FROM parked_messages WHERE message_id = $1 AND error_code = $2`,
+			if n := e.Count(`SELECT count(*) FROM parked_messages WHERE message_id = $1 AND error_code = $2`,
 				x.ID, CodeChatNotProvisioned.Name); n != 1 {
 				t.Fatalf("message %s: %d parked rows, want 1 waiting", x.ID, n)
 			}
 		}
-		if got := e.logs.find("retry-not-provisioned", map[string]any{"LeadId": early.String()}); len(got) == 0 {
+		if got := e.Logs.Find("retry-not-provisioned", map[string]any{"LeadId": early.String()}); len(got) == 0 {
 			t.Fatalf("no retry-not-provisioned log line for the lead")
 		}
 
 		// The provisioning consumer catches up: both snapshots are retried,
 		// in any order; the newer one wins.
 		chatID := e.provision(early)
-		kafkatest.Eventually(t, wait, func() bool { return e.outcome(w1.ID) != "" && e.outcome(w2.ID) != "" },
+		kafkatest.Eventually(t, servicetest.Wait, func() bool { return e.outcome(w1.ID) != "" && e.outcome(w2.ID) != "" },
 			"the waiting messages were never applied")
 		if o := e.outcome(w2.ID); o != string(Synced) {
 			t.Fatalf("v2 outcome %q, want synced", o)
 		}
-		checkActive(t, e.db, chatID, member{a, RoleExecutor}, member{b, RoleInvestorPrimary})
+		checkActive(t, e.DB, chatID, member{a, RoleExecutor}, member{b, RoleInvestorPrimary})
 		if s := e.chat(chatID); s.LeadMemberVersion.Int64 != 2 {
 			t.Fatalf("lead_member_version %v, want 2", s.LeadMemberVersion)
 		}
-		if n := e.count(`SELECT count(*) FROM parked_messages WHERE message_id IN ($1, $2)`, w1.ID, w2.ID); n != 0 {
+		if n := e.Count(`SELECT count(*) FROM parked_messages WHERE message_id IN ($1, $2)`, w1.ID, w2.ID); n != 0 {
 			t.Fatalf("%d parked rows left", n)
 		}
 		// The partition's offset moved past all three.
@@ -472,15 +471,15 @@ func TestAC10_ChatNotProvisionedIsRetriedThenAppliedOrDeadLettered(t *testing.T)
 		never, a := uuid.New(), uuid.New()
 		x := newEv(never, 1, member{a, RoleExecutor})
 		tps := e.produce(x)
-		dl := e.awaitDLQ(1)[0]
-		checkDeadLetter(t, dl, tps[0], x.message().Key, x.message().Value, CodeChatNotProvisioned.Name, "11")
+		dl := e.AwaitDLQ(1)[0]
+		e.CheckDeadLetter(t, dl, x.message(), tps[0], CodeChatNotProvisioned.Name, 11)
 		if got := e.outcome(x.ID); got != "" {
 			t.Fatalf("dead-lettered message has a mark (%q)", got)
 		}
-		if n := e.count(`SELECT count(*) FROM parked_messages WHERE message_id = $1`, x.ID); n != 0 {
+		if n := e.Count(`SELECT count(*) FROM parked_messages WHERE message_id = $1`, x.ID); n != 0 {
 			t.Fatalf("%d parked rows left after the DLQ", n)
 		}
-		if n := e.metric("messenger_lead_participants_dlq_total", map[string]string{"code": CodeChatNotProvisioned.Name}); n != 1 {
+		if n := e.Run.Counter("messenger_lead_participants_dlq_total", map[string]string{"code": CodeChatNotProvisioned.Name}); n != 1 {
 			t.Fatalf("messenger_lead_participants_dlq_total = %v, want 1", n)
 		}
 	})
@@ -524,29 +523,26 @@ func TestAC11_InvalidActiveParticipantsGoToDLQ(t *testing.T) {
 	}
 	var msgs []sent
 	for name, mutate := range broken {
-		x := newEv(lead, 5, member{a, RoleExecutor})
-		var value []byte
+		env := newEv(lead, 5, member{a, RoleExecutor}).envelope()
 		if mutate == nil {
-			value = envelope(x.ID, lead, []any{1, 2})
+			env.Payload = []any{1, 2}
 		} else {
-			p := x.payload()
-			mutate(p)
-			value = envelope(x.ID, lead, p)
+			mutate(env.Payload.(map[string]any))
 		}
-		msgs = append(msgs, sent{name, kafkatest.Message{Partition: -1, Key: []byte(lead.String()), Value: value,
-			Headers: map[string]string{"x-test-case": name, "traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"}}})
+		msgs = append(msgs, sent{name, env.Message(lead, -1,
+			map[string]string{"x-test-case": name, "traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"})})
 	}
 	var raw []kafkatest.Message
 	for _, s := range msgs {
 		raw = append(raw, s.msg)
 	}
-	tps := e.kc.Produce(t, Topic, raw...)
+	tps := e.Produce(raw...)
 	// A valid snapshot behind them on the same partition is still applied.
 	tps = append(tps, e.produce(valid)...)
 	e.awaitOutcome(valid.ID, Synced)
 	e.awaitCommitted(tps...)
 
-	dls := e.awaitDLQ(len(msgs))
+	dls := e.AwaitDLQ(len(msgs))
 	byCase := map[string]*kafka.Message{}
 	for _, dl := range dls {
 		byCase[kafkatest.Header(dl, "x-test-case")] = dl
@@ -557,16 +553,16 @@ func TestAC11_InvalidActiveParticipantsGoToDLQ(t *testing.T) {
 			t.Errorf("%s: not in the DLQ", s.name)
 			continue
 		}
-		checkDeadLetter(t, dl, tps[i], s.msg.Key, s.msg.Value, CodeInvalid.Name, "1")
+		e.CheckDeadLetter(t, dl, s.msg, tps[i], CodeInvalid.Name, 1)
 		if kafkatest.Header(dl, "traceparent") == "" {
 			t.Errorf("%s: the original headers are not kept", s.name)
 		}
 	}
-	if n := e.count(`SELECT count(*) FROM processed_messages`); n != 1 {
+	if n := e.Count(`SELECT count(*) FROM processed_messages`); n != 1 {
 		t.Fatalf("%d idempotency marks, want only the valid message's", n)
 	}
-	checkActive(t, e.db, chatID, member{a, RoleExecutor})
-	if n := e.metric("messenger_lead_participants_dlq_total", map[string]string{"code": CodeInvalid.Name}); n != float64(len(msgs)) {
+	checkActive(t, e.DB, chatID, member{a, RoleExecutor})
+	if n := e.Run.Counter("messenger_lead_participants_dlq_total", map[string]string{"code": CodeInvalid.Name}); n != float64(len(msgs)) {
 		t.Fatalf("messenger_lead_participants_dlq_total = %v, want %d (the DLQ > 0 alert feeds on it)", n, len(msgs))
 	}
 }
@@ -588,14 +584,14 @@ func TestAC12_ConcurrentEditNewerVersionWins(t *testing.T) {
 			if fired.Swap(true) {
 				return
 			}
-			if out, err := applyDirect(context.Background(), e.client, other, x); err != nil || out != Synced {
+			if out, err := applyDirect(context.Background(), e.Client, other, x); err != nil || out != Synced {
 				t.Errorf("concurrent writer: %v, %v", out, err)
 			}
 		})
 		return &fired
 	}
 	retries := func() float64 {
-		return e.metric("pin_consumer_retries_total", map[string]string{"class": "retry-now", "code": CodeConcurrentUpdate.Name})
+		return e.Run.Counter("pin_consumer_retries_total", map[string]string{"class": "retry-now", "code": CodeConcurrentUpdate.Name})
 	}
 
 	t.Run("a newer snapshot committed concurrently wins; the loser re-reads and is stale", func(t *testing.T) {
@@ -615,7 +611,7 @@ func TestAC12_ConcurrentEditNewerVersionWins(t *testing.T) {
 		if !fired.Load() {
 			t.Fatal("the concurrent writer never ran")
 		}
-		checkActive(t, e.db, chatID, member{a, RoleExecutor}, member{c, RoleLawyer})
+		checkActive(t, e.DB, chatID, member{a, RoleExecutor}, member{c, RoleLawyer})
 		if s := e.chat(chatID); s.LeadMemberVersion.Int64 != 3 || s.RowVersion != 2 {
 			t.Fatalf("chat %+v, want lead_member_version 3 and row_version 2 (v1, v3)", s)
 		}
@@ -645,7 +641,7 @@ func TestAC12_ConcurrentEditNewerVersionWins(t *testing.T) {
 		if !fired.Load() {
 			t.Fatal("the concurrent writer never ran")
 		}
-		checkActive(t, e.db, chatID, member{a, RoleExecutor}, member{c, RoleLawyer})
+		checkActive(t, e.DB, chatID, member{a, RoleExecutor}, member{c, RoleLawyer})
 		if s := e.chat(chatID); s.LeadMemberVersion.Int64 != 3 || s.RowVersion != 3 {
 			t.Fatalf("chat %+v, want lead_member_version 3 and row_version 3", s)
 		}
@@ -670,19 +666,19 @@ func TestAC12_ConcurrentEditNewerVersionWins(t *testing.T) {
 		var attempts atomic.Int32
 		onBeforeWrite(t, chatID, func(ctx context.Context) {
 			attempts.Add(1)
-			if _, err := e.db.Exec(`UPDATE chats SET row_version = row_version + 1 WHERE id = $1`, chatID); err != nil {
+			if _, err := e.DB.Exec(`UPDATE chats SET row_version = row_version + 1 WHERE id = $1`, chatID); err != nil {
 				t.Errorf("concurrent writer: %v", err)
 			}
 		})
 		v2 := newEv(lead, 2, member{a, RoleExecutor}, member{b, RoleLawyer})
 		tps := e.produce(v2)
-		dl := e.awaitDLQ(1)[0]
-		checkDeadLetter(t, dl, tps[0], v2.message().Key, v2.message().Value, CodeConcurrentUpdate.Name, "4")
+		dl := e.AwaitDLQ(1)[0]
+		e.CheckDeadLetter(t, dl, v2.message(), tps[0], CodeConcurrentUpdate.Name, 4)
 		e.awaitCommitted(tps...)
 		if n := attempts.Load(); n != 4 {
 			t.Fatalf("%d attempts, want 4 (the first and 3 re-reads)", n)
 		}
-		checkActive(t, e.db, chatID, member{a, RoleExecutor})
+		checkActive(t, e.DB, chatID, member{a, RoleExecutor})
 		if s := e.chat(chatID); s.LeadMemberVersion != before.LeadMemberVersion {
 			t.Fatalf("lead_member_version %v, want unchanged %v", s.LeadMemberVersion, before.LeadMemberVersion)
 		}
@@ -710,16 +706,16 @@ func TestAC13_UnknownChangeTypeAndRoleConverge(t *testing.T) {
 	e.awaitOutcome(v3.ID, Synced)
 	e.awaitCommitted(tps...)
 
-	checkActive(t, e.db, chatID, member{a, RoleCoAgent}, member{notary, "Notary"}, member{c, RoleLawyer})
+	checkActive(t, e.DB, chatID, member{a, RoleCoAgent}, member{notary, "Notary"}, member{c, RoleLawyer})
 	evs := e.eventsOfMessage(chatID, v2.ID)
 	if len(evs) != 1 || evs[0].Type != EventParticipantJoined || evs[0].Role != "Notary" {
 		t.Fatalf("facts of v2 %+v, want the notary Joined with its role as it came", evs)
 	}
-	if got := e.logs.find("unknown role", map[string]any{"level": "warn", "LeadId": lead.String(), "UserId": notary.String(), "Role": "Notary"}); len(got) == 0 {
+	if got := e.logged("unknown role", map[string]any{"level": "warn", "LeadId": lead.String(), "UserId": notary.String(), "Role": "Notary"}); len(got) == 0 {
 		t.Fatalf("no warning for the unknown role")
 	}
 	for _, ct := range []string{"Teleported", "Frobnicated"} {
-		if got := e.logs.find("unknown ChangeType", map[string]any{"level": "warn", "LeadId": lead.String(), "ChangeType": ct}); len(got) == 0 {
+		if got := e.logged("unknown ChangeType", map[string]any{"level": "warn", "LeadId": lead.String(), "ChangeType": ct}); len(got) == 0 {
 			t.Fatalf("no warning for the unknown ChangeType %s", ct)
 		}
 	}

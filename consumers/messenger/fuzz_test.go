@@ -2,7 +2,6 @@ package messenger
 
 import (
 	"encoding/json"
-	"errors"
 	"slices"
 	"strings"
 	"testing"
@@ -13,29 +12,11 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/pin-platform/pin/consumers/consumer"
+	"github.com/pin-platform/pin/consumers/servicetest"
 )
 
 // The fuzz targets of this package; their seed corpora are under
 // testdata/fuzz/<name> (plain `go test` runs them), `make fuzz` fuzzes each.
-
-// maxSkew is the runtime's default MAX_CLOCK_SKEW.
-const maxSkew = 24 * time.Hour
-
-// runtimeMessage is the message the runtime hands the handler for a value
-// whose Payload is payload: the envelope around it is decoded by
-// DecodeEnvelope (an error is EVENT_ENVELOPE_INVALID, the handler never
-// runs), and the message carries the service's invalid code and the
-// default MAX_CLOCK_SKEW.
-func runtimeMessage(svc consumer.Service, payload []byte) (*consumer.Message, error) {
-	value := `{"MessageId":"6f1c2b9e-1111-4222-8333-444455556666","EventType":"` + svc.Routes[0].EventType +
-		`","ContractVersion":1,"CreatedAt":"2026-11-30T10:00:00Z","AggregateId":"6f1c2b8e-1f7a-4d2e-9a51-2f0a5e3c9b10","AggregateType":"Lead","Payload":` +
-		string(payload) + `}`
-	env, err := consumer.DecodeEnvelope([]byte(value))
-	if err != nil {
-		return nil, err
-	}
-	return consumer.NewMessage(env, svc.InvalidCode, maxSkew), nil
-}
 
 // FuzzDecodeMessenger: decode (DecodePayload and validate, as the handler
 // runs them) does not panic on any Payload; a refusal carries
@@ -49,19 +30,19 @@ func runtimeMessage(svc consumer.Service, payload []byte) (*consumer.Message, er
 func FuzzDecodeMessenger(f *testing.F) {
 	svc := New(prometheus.NewRegistry())
 	f.Fuzz(func(t *testing.T, payload []byte) {
-		m, err := runtimeMessage(svc, payload)
+		m, err := servicetest.PayloadMessage(svc, EventType, "Lead", payload)
 		if err != nil {
-			requireOnlyCode(t, err, consumer.EnvelopeInvalid)
+			servicetest.RequireOneCode(t, err, consumer.EnvelopeInvalid)
 			return
 		}
 		s, err := decode(m)
 		if err != nil {
-			requireOnlyCode(t, err, CodeInvalid)
+			servicetest.RequireOneCode(t, err, CodeInvalid)
 			return
 		}
 		checkSnapshot(t, s)
 		again := encodeSnapshot(t, s)
-		m2, err := runtimeMessage(svc, again)
+		m2, err := servicetest.PayloadMessage(svc, EventType, "Lead", again)
 		if err != nil {
 			t.Fatalf("the snapshot written back is not a readable envelope: %v\n%s", err, again)
 		}
@@ -82,7 +63,7 @@ func checkSnapshot(t *testing.T, s snapshot) {
 	if s.LeadID == uuid.Nil || s.Version < 1 || s.ChangedAt.IsZero() {
 		t.Fatalf("accepted LeadId %s, Version %d, ChangedAt %s", s.LeadID, s.Version, s.ChangedAt)
 	}
-	if s.ChangedAt.After(time.Now().Add(maxSkew)) {
+	if s.ChangedAt.After(time.Now().Add(servicetest.MaxSkew)) {
 		t.Fatalf("accepted ChangedAt %s, beyond MAX_CLOCK_SKEW", s.ChangedAt)
 	}
 	if _, err := s.ChangedAt.MarshalJSON(); err != nil {
@@ -199,7 +180,7 @@ func FuzzReconcile(f *testing.F) {
 		}
 		s, err := validate(payload{LeadID: u(100), ActiveParticipants: active, Version: 1, ChangedAt: at})
 		if err != nil {
-			requireOnlyCode(t, err, CodeInvalid)
+			servicetest.RequireOneCode(t, err, CodeInvalid)
 			return
 		}
 
@@ -313,22 +294,4 @@ func applyDiff(t *testing.T, current []member, d diff) map[uuid.UUID]string {
 		got[a.UserID] = a.Role
 	}
 	return got
-}
-
-// requireOnlyCode fails unless err carries code c and no other: every
-// *consumer.Error along its chain has c's name.
-func requireOnlyCode(t *testing.T, err error, c consumer.Code) {
-	t.Helper()
-	n := 0
-	for e := err; e != nil; e = errors.Unwrap(e) {
-		if ce, ok := e.(*consumer.Error); ok {
-			n++
-			if ce.Code.Name != c.Name {
-				t.Fatalf("error %q carries code %q, want only %s", err, ce.Code.Name, c.Name)
-			}
-		}
-	}
-	if n == 0 {
-		t.Fatalf("error %q carries no code, want %s", err, c.Name)
-	}
 }

@@ -5,11 +5,7 @@ import (
 	"context"
 	"database/sql"
 	"encoding/json"
-	"errors"
-	"io"
-	"os"
 	"slices"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -17,53 +13,31 @@ import (
 	"github.com/confluentinc/confluent-kafka-go/v2/kafka"
 	"github.com/google/uuid"
 	"github.com/lib/pq"
-	"github.com/rs/zerolog"
 
 	"github.com/pin-platform/pin/consumers/consumer"
 	"github.com/pin-platform/pin/consumers/consumer/consumertest"
 	"github.com/pin-platform/pin/consumers/kafkatest"
+	"github.com/pin-platform/pin/consumers/servicetest"
 	"github.com/pin-platform/pin/ent"
-	"github.com/pin-platform/pin/migrate/pgtest"
 )
 
-// wait is how long a test waits for something the consumer does.
-const wait = 20 * time.Second
-
-// env is one end-to-end set-up: a mock cluster with the contract's topics
-// (3 partitions each), a fresh migrated database and the consumer running
+// env is one end-to-end set-up: a broker with the contract's topics (3
+// partitions each), a fresh migrated database and the consumer running
 // against both.
-type env struct {
-	t      *testing.T
-	kc     *kafkatest.Cluster
-	url    string
-	db     *sql.DB
-	client *ent.Client
-	run    *consumertest.Running
-	logs   *logBuffer
-}
+type env struct{ *servicetest.Env }
 
 func newEnv(t *testing.T, o consumertest.Options) *env {
 	t.Helper()
-	e := &env{t: t, logs: &logBuffer{}}
-	e.kc = kafkatest.NewCluster(t, map[string]int{Topic: 3, DLQTopic: 3})
-	e.client, e.db, e.url = pgtest.NewClient(t)
-	var w io.Writer = e.logs
-	if testing.Verbose() {
-		w = io.MultiWriter(e.logs, zerolog.ConsoleWriter{Out: os.Stderr, NoColor: true})
-	}
-	lg := zerolog.New(w).Level(zerolog.InfoLevel).With().Timestamp().Str("test", t.Name()).Logger()
-	o.Logger = &lg
-	e.run = consumertest.Start(t, e.kc.Bootstrap, e.url, New, o)
+	e := &env{servicetest.New(t, New, 3)}
+	e.Start(o)
 	return e
 }
 
 // provision creates the lead's chat as the provisioning consumer would.
 func (e *env) provision(lead uuid.UUID) uuid.UUID {
-	e.t.Helper()
+	e.T.Helper()
 	id := uuid.New()
-	if _, err := e.db.Exec(`INSERT INTO chats (id, kind, lead_id) VALUES ($1, 'Lead', $2)`, id, lead); err != nil {
-		e.t.Fatalf("provision chat: %v", err)
-	}
+	e.Exec(`INSERT INTO chats (id, kind, lead_id) VALUES ($1, 'Lead', $2)`, id, lead)
 	return id
 }
 
@@ -117,132 +91,48 @@ func (x ev) payload() map[string]any {
 	}
 }
 
-// envelope is a message value: the docs/contract.md §4 envelope around payload
-// p. It is a function of its arguments (CreatedAt is fixed), so that a
-// test can rebuild what it sent.
-func envelope(id, lead uuid.UUID, p any) []byte {
-	b, err := json.Marshal(map[string]any{
-		"MessageId":       id,
-		"EventType":       EventType,
-		"ContractVersion": 1,
-		"CreatedAt":       "2026-11-30T10:00:00Z",
-		"AggregateId":     lead,
-		"AggregateType":   "Lead",
-		"Payload":         p,
-	})
-	if err != nil {
-		panic(err)
-	}
-	return b
+// createdAt is the CreatedAt of every test event: an event is a function
+// of its fields, so that a test can build again what it sent.
+var createdAt = time.Date(2026, 11, 30, 10, 0, 0, 0, time.UTC)
+
+// envelope is x's envelope (docs/contract.md §4.1).
+func (x ev) envelope() servicetest.Envelope {
+	return servicetest.Envelope{MessageID: x.ID, EventType: EventType, CreatedAt: createdAt,
+		AggregateID: x.Lead, AggregateType: "Lead", Payload: x.payload()}
 }
 
-func (x ev) value() []byte { return envelope(x.ID, x.Lead, x.payload()) }
-
-func (x ev) message() kafkatest.Message {
-	return kafkatest.Message{Partition: x.Partition, Key: []byte(x.Lead.String()), Value: x.value()}
-}
+func (x ev) message() kafkatest.Message { return x.envelope().Message(x.Lead, x.Partition, nil) }
 
 // produce publishes events in order and returns where they landed.
 func (e *env) produce(xs ...ev) []kafka.TopicPartition {
-	e.t.Helper()
+	e.T.Helper()
 	ms := make([]kafkatest.Message, len(xs))
 	for i, x := range xs {
 		ms[i] = x.message()
 	}
-	return e.kc.Produce(e.t, Topic, ms...)
+	return e.Produce(ms...)
 }
 
 // outcome returns the outcome stored in the message's idempotency mark, or
 // "" when it has none.
 func (e *env) outcome(id uuid.UUID) string {
-	e.t.Helper()
-	var out string
-	err := e.db.QueryRow(`SELECT outcome FROM processed_messages WHERE idempotency_key = $1`, KeyPrefix+id.String()).Scan(&out)
-	if errors.Is(err, sql.ErrNoRows) {
-		return ""
-	}
-	if err != nil {
-		e.t.Fatalf("read mark: %v", err)
-	}
-	return out
+	e.T.Helper()
+	return e.Outcome(EventType, id)
 }
 
 // awaitOutcome waits for the message's idempotency mark and checks its
 // outcome.
 func (e *env) awaitOutcome(id uuid.UUID, want consumer.Outcome) {
-	e.t.Helper()
-	var got string
-	kafkatest.Eventually(e.t, wait, func() bool { got = e.outcome(id); return got != "" },
-		"no idempotency mark for message %s", id)
-	if got != string(want) {
-		e.t.Fatalf("message %s: outcome %q, want %q", id, got, want)
-	}
+	e.T.Helper()
+	e.AwaitOutcome(EventType, id, want)
 }
 
-// awaitCommitted waits until the group's committed offsets are past every
-// given position.
+// awaitCommitted waits until the group's committed offsets are just past
+// every given position.
 func (e *env) awaitCommitted(tps ...kafka.TopicPartition) {
-	e.t.Helper()
-	want := map[int32]int64{}
-	for _, tp := range tps {
-		want[tp.Partition] = max(want[tp.Partition], int64(tp.Offset)+1)
-	}
-	var got map[int32]int64
-	kafkatest.Eventually(e.t, wait, func() bool {
-		got = e.kc.Committed(e.t, Group, Topic)
-		for p, o := range want {
-			if got[p] < o {
-				return false
-			}
-		}
-		return true
-	}, "committed offsets %v never reached %v", got, want)
+	e.T.Helper()
+	e.AwaitCommitted(Group, servicetest.Past(tps...))
 }
-
-// awaitDLQ waits for n dead letters and returns them.
-func (e *env) awaitDLQ(n int) []*kafka.Message {
-	e.t.Helper()
-	var ms []*kafka.Message
-	kafkatest.Eventually(e.t, wait, func() bool { return e.kc.Count(e.t, DLQTopic) >= n }, "fewer than %d dead letters", n)
-	ms = e.kc.ReadAll(e.t, DLQTopic, n, wait)
-	if len(ms) != n {
-		e.t.Fatalf("read %d dead letters, want %d", len(ms), n)
-	}
-	return ms
-}
-
-// checkDeadLetter checks a dead letter against its source message and the
-// DLQ headers of docs/contract.md §5.
-func checkDeadLetter(t *testing.T, dl *kafka.Message, src kafka.TopicPartition, key, value []byte, code string, attempts string) {
-	t.Helper()
-	if !bytes.Equal(dl.Key, key) || !bytes.Equal(dl.Value, value) {
-		t.Errorf("dead letter key/value differ from the original")
-	}
-	if dl.TopicPartition.Partition != src.Partition {
-		t.Errorf("dead letter on DLQ partition %d, source partition %d", dl.TopicPartition.Partition, src.Partition)
-	}
-	want := map[string]string{
-		consumer.HeaderErrorCode:         code,
-		consumer.HeaderSourceTopic:       Topic,
-		consumer.HeaderOriginalPartition: itoa(int64(src.Partition)),
-		consumer.HeaderOriginalOffset:    itoa(int64(src.Offset)),
-		consumer.HeaderConsumerGroup:     Group,
-		consumer.HeaderAttempts:          attempts,
-	}
-	for k, v := range want {
-		if got := kafkatest.Header(dl, k); got != v {
-			t.Errorf("header %s = %q, want %q", k, got, v)
-		}
-	}
-	if kafkatest.Header(dl, consumer.HeaderReason) == "" {
-		t.Errorf("header %s is empty", consumer.HeaderReason)
-	}
-	if _, err := time.Parse(time.RFC3339, kafkatest.Header(dl, consumer.HeaderDLQAt)); err != nil {
-		t.Errorf("header %s: %v", consumer.HeaderDLQAt, err)
-	}
-}
-
-func itoa(n int64) string { return strconv.FormatInt(n, 10) }
 
 func must[T any](v T, err error) T {
 	if err != nil {
@@ -258,8 +148,8 @@ type chatState struct {
 }
 
 func (e *env) chat(id uuid.UUID) chatState {
-	e.t.Helper()
-	return chatOf(e.t, e.db, id)
+	e.T.Helper()
+	return chatOf(e.T, e.DB, id)
 }
 
 func chatOf(t testing.TB, db *sql.DB, id uuid.UUID) chatState {
@@ -279,7 +169,7 @@ type participant struct {
 	Removed bool
 }
 
-func (e *env) participants(chatID uuid.UUID) []participant { return participantsOf(e.t, e.db, chatID) }
+func (e *env) participants(chatID uuid.UUID) []participant { return participantsOf(e.T, e.DB, chatID) }
 
 func participantsOf(t testing.TB, db *sql.DB, chatID uuid.UUID) []participant {
 	t.Helper()
@@ -300,7 +190,7 @@ func participantsOf(t testing.TB, db *sql.DB, chatID uuid.UUID) []participant {
 }
 
 // active returns the chat's active members, sorted by user id.
-func (e *env) active(chatID uuid.UUID) []member { return activeOf(e.t, e.db, chatID) }
+func (e *env) active(chatID uuid.UUID) []member { return activeOf(e.T, e.DB, chatID) }
 
 func activeOf(t testing.TB, db *sql.DB, chatID uuid.UUID) []member {
 	t.Helper()
@@ -334,7 +224,7 @@ type chatEvent struct {
 	SourceMessageID uuid.UUID
 }
 
-func (e *env) events(chatID uuid.UUID) []chatEvent { return eventsOf(e.t, e.db, chatID) }
+func (e *env) events(chatID uuid.UUID) []chatEvent { return eventsOf(e.T, e.DB, chatID) }
 
 func eventsOf(t testing.TB, db *sql.DB, chatID uuid.UUID) []chatEvent {
 	t.Helper()
@@ -374,7 +264,7 @@ type push struct {
 	Pushed     bool
 }
 
-func (e *env) pushes(chatID uuid.UUID) []push { return pushesOf(e.t, e.db, chatID) }
+func (e *env) pushes(chatID uuid.UUID) []push { return pushesOf(e.T, e.DB, chatID) }
 
 func pushesOf(t testing.TB, db *sql.DB, chatID uuid.UUID) []push {
 	t.Helper()
@@ -417,36 +307,12 @@ func ids(us ...uuid.UUID) []uuid.UUID {
 
 func sameIDs(a, b []uuid.UUID) bool { return slices.Equal(ids(a...), ids(b...)) }
 
-func (e *env) count(query string, args ...any) int {
-	e.t.Helper()
-	var n int
-	if err := e.db.QueryRow(query, args...).Scan(&n); err != nil {
-		e.t.Fatalf("%s: %v", query, err)
-	}
-	return n
-}
-
-// metric reads a counter of the running consumer.
-func (e *env) metric(name string, labels map[string]string) float64 {
-	return e.run.Counter(name, labels)
-}
-
-// logBuffer collects the consumer's JSON log lines.
-type logBuffer struct{ consumertest.LogBuffer }
-
-// find returns the log lines with message msg (a prefix) whose fields
-// include every field of want.
-func (b *logBuffer) find(msg string, want map[string]any) []map[string]any {
-	return b.Lines(func(m map[string]any) bool {
-		if s, _ := m["message"].(string); !strings.HasPrefix(s, msg) {
-			return false
-		}
-		for k, v := range want {
-			if m[k] != v {
-				return false
-			}
-		}
-		return true
+// logged returns the consumer's log lines whose message begins with
+// prefix and whose fields include every one of want.
+func (e *env) logged(prefix string, want map[string]any) []map[string]any {
+	return e.Logs.Lines(func(m map[string]any) bool {
+		s, _ := m["message"].(string)
+		return strings.HasPrefix(s, prefix) && servicetest.HasFields(m, want)
 	})
 }
 

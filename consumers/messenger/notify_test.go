@@ -10,6 +10,7 @@ import (
 
 	"github.com/pin-platform/pin/consumers/consumer"
 	"github.com/pin-platform/pin/consumers/consumer/consumertest"
+	"github.com/pin-platform/pin/consumers/servicetest"
 )
 
 // listen opens a LISTEN chat_updates session on url.
@@ -27,7 +28,7 @@ func listen(t *testing.T, url string) *pq.Listener {
 // returns its payload.
 func nextNotification(t *testing.T, l *pq.Listener) string {
 	t.Helper()
-	deadline := time.After(wait)
+	deadline := time.After(servicetest.Wait)
 	for {
 		select {
 		case n := <-l.Notify:
@@ -39,7 +40,7 @@ func nextNotification(t *testing.T, l *pq.Listener) string {
 			}
 			return n.Extra
 		case <-deadline:
-			t.Fatalf("no chat_updates notification within %s", wait)
+			t.Fatalf("no chat_updates notification within %s", servicetest.Wait)
 		}
 	}
 }
@@ -50,7 +51,7 @@ func nextNotification(t *testing.T, l *pq.Listener) string {
 func TestChatUpdatesNotificationAfterCommit(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, consumertest.Options{})
-	l := listen(t, e.url)
+	l := listen(t, e.URL)
 
 	lead, a, b := uuid.New(), uuid.New(), uuid.New()
 	chatID := e.provision(lead)
@@ -65,7 +66,7 @@ func TestChatUpdatesNotificationAfterCommit(t *testing.T) {
 	if len(ps) != 1 || ps[0].ID.String() != id || !sameIDs(ps[0].Recipients, []uuid.UUID{a, b}) {
 		t.Fatalf("notification %q, chat_updates %+v", id, ps)
 	}
-	checkActive(t, e.db, chatID, member{a, RoleExecutor}, member{b, RoleInvestorPrimary})
+	checkActive(t, e.DB, chatID, member{a, RoleExecutor}, member{b, RoleInvestorPrimary})
 
 	// A newer snapshot without a change writes no chat_updates row and
 	// sends nothing; the next notification is the next real change's.
@@ -87,7 +88,7 @@ func TestChatUpdatesNotificationAfterCommit(t *testing.T) {
 		lost, kept := uuid.New(), uuid.New()
 		lostChat, keptChat := e.provision(lost), e.provision(kept)
 
-		tx, err := e.client.Tx(ctx)
+		tx, err := e.Client.Tx(ctx)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -100,7 +101,7 @@ func TestChatUpdatesNotificationAfterCommit(t *testing.T) {
 		if err := tx.Rollback(); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := applyDirect(ctx, e.client, h, newEv(kept, 1, member{b, RoleExecutor})); err != nil {
+		if _, err := applyDirect(ctx, e.Client, h, newEv(kept, 1, member{b, RoleExecutor})); err != nil {
 			t.Fatal(err)
 		}
 		id := nextNotification(t, l)

@@ -1,42 +1,12 @@
 package messenger
 
 import (
-	"encoding/json"
 	"testing"
 
 	"github.com/google/uuid"
 
 	"github.com/pin-platform/pin/consumers/consumer/consumertest"
-	"github.com/pin-platform/pin/consumers/kafkatest"
 )
-
-// A newer Version that changes no membership only moves
-// lead_member_version: no feed rows, no chat_updates row.
-func TestNewerVersionWithoutChangeOnlyMovesVersion(t *testing.T) {
-	t.Parallel()
-	e := newEnv(t, consumertest.Options{})
-	lead, a, b := uuid.New(), uuid.New(), uuid.New()
-	chatID := e.provision(lead)
-
-	v1 := newEv(lead, 1, member{a, RoleExecutor}, member{b, RoleLawyer})
-	// Same set, other order, other spelling, a delta that claims changes.
-	v7 := newEv(lead, 7, member{b, "lawyer"}, member{a, "EXECUTOR"}).
-		with(change{User: b, Type: ChangeRoleChanged, Role: RoleLawyer, PreviousRole: RoleAssistant})
-	tps := e.produce(v1, v7)
-	e.awaitOutcome(v7.ID, Synced)
-	e.awaitCommitted(tps...)
-
-	if s := e.chat(chatID); s.LeadMemberVersion.Int64 != 7 || s.RowVersion != 2 {
-		t.Fatalf("chat %+v, want lead_member_version 7, row_version 2", s)
-	}
-	checkActive(t, e.db, chatID, member{a, RoleExecutor}, member{b, RoleLawyer})
-	if n := len(e.eventsOfMessage(chatID, v7.ID)); n != 0 {
-		t.Fatalf("%d facts for a snapshot that changes nothing", n)
-	}
-	if n := len(e.pushes(chatID)); n != 1 {
-		t.Fatalf("%d chat_updates rows, want v1's only", n)
-	}
-}
 
 // The spec's Observability section: log events with MessageId, LeadId,
 // ChatId, Version and the counts; metrics under the spec's names; a
@@ -48,24 +18,22 @@ func TestObservability(t *testing.T) {
 	chatID := e.provision(lead)
 
 	v1 := newEv(lead, 1, member{a, RoleExecutor}, member{b, RoleAssistant})
-	var env map[string]any
-	if err := json.Unmarshal(v1.value(), &env); err != nil {
-		t.Fatal(err)
-	}
-	env["ContractVersion"] = 2
-	mismatched := kafkatest.Message{Partition: -1, Key: []byte(lead.String()), Value: must(json.Marshal(env))}
+	// v1 under another ContractVersion.
+	env := v1.envelope()
+	env.ContractVersion = 2
+	mismatched := env.Message(lead, -1, nil)
 	v2 := newEv(lead, 2, member{a, RoleExecutor}, member{b, RoleCoAgent})
 	v3 := newEv(lead, 3, member{a, RoleExecutor})
-	tps := e.kc.Produce(t, Topic, mismatched)
+	tps := e.Produce(mismatched)
 	tps = append(tps, e.produce(v2, v3)...)
 	e.awaitOutcome(v1.ID, Synced)
 	e.awaitOutcome(v3.ID, Synced)
 	e.awaitCommitted(tps...)
 
-	if n := e.metric("messenger_lead_participants_contract_mismatch_total", nil); n != 1 {
+	if n := e.Run.Counter("messenger_lead_participants_contract_mismatch_total", nil); n != 1 {
 		t.Fatalf("messenger_lead_participants_contract_mismatch_total = %v, want 1", n)
 	}
-	if got := e.logs.find("contract-version-mismatch", map[string]any{"level": "warn", "MessageId": v1.ID.String()}); len(got) != 1 {
+	if got := e.Logs.Find("contract-version-mismatch", map[string]any{"level": "warn", "MessageId": v1.ID.String()}); len(got) != 1 {
 		t.Fatalf("%d contract-version-mismatch warnings, want 1", len(got))
 	}
 	for _, x := range []struct {
@@ -73,14 +41,14 @@ func TestObservability(t *testing.T) {
 		added, removed, roles float64
 	}{{v1, 2, 0, 0}, {v2, 0, 0, 1}, {v3, 0, 1, 0}} {
 		base := map[string]any{"MessageId": x.ev.ID.String(), "LeadId": lead.String(), "Version": float64(x.ev.Version)}
-		if got := e.logs.find("consumed", base); len(got) != 0 {
+		if got := e.Logs.Find("consumed", base); len(got) != 0 {
 			t.Errorf("v%d: %d consumed lines at the default level, want 0 (debug: the outcome line carries its fields)", x.ev.Version, len(got))
 		}
 		synced := map[string]any{"ChatId": chatID.String(), "added": x.added, "removed": x.removed, "roleChanged": x.roles, "outcome": "synced"}
 		for k, v := range base {
 			synced[k] = v
 		}
-		if got := e.logs.find("synced", synced); len(got) != 1 {
+		if got := e.Logs.Find("synced", synced); len(got) != 1 {
 			t.Errorf("v%d: %d synced log lines with %v, want 1", x.ev.Version, len(got), synced)
 		}
 	}
@@ -90,11 +58,11 @@ func TestObservability(t *testing.T) {
 		"messenger_lead_participants_stale_total":         0,
 		"messenger_lead_participants_consume_duration_ms": 3, // sample count
 	} {
-		if got := e.metric(name, nil); got != want {
+		if got := e.Run.Counter(name, nil); got != want {
 			t.Errorf("%s = %v, want %v", name, got, want)
 		}
 	}
-	mfs, err := e.run.Registry.Gather()
+	mfs, err := e.Run.Registry.Gather()
 	if err != nil {
 		t.Fatal(err)
 	}

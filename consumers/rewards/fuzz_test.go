@@ -2,7 +2,6 @@ package rewards
 
 import (
 	"encoding/json"
-	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -12,29 +11,11 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/pin-platform/pin/consumers/consumer"
+	"github.com/pin-platform/pin/consumers/servicetest"
 )
 
 // The fuzz targets of this package; their seed corpora are under
 // testdata/fuzz/<name> (plain `go test` runs them), `make fuzz` fuzzes each.
-
-// maxSkew is the runtime's default MAX_CLOCK_SKEW.
-const maxSkew = 24 * time.Hour
-
-// runtimeMessage is the message the runtime hands the route's handler for
-// a value whose Payload is payload: the envelope around it is decoded by
-// DecodeEnvelope (an error is EVENT_ENVELOPE_INVALID, no handler runs), and
-// the message carries the service's invalid code and the default
-// MAX_CLOCK_SKEW.
-func runtimeMessage(svc consumer.Service, eventType string, payload []byte) (*consumer.Message, error) {
-	value := `{"MessageId":"6f1c2b9e-1111-4222-8333-444455556666","EventType":"` + eventType +
-		`","ContractVersion":1,"CreatedAt":"2026-11-30T10:00:00Z","AggregateId":"` + bond1 + `","AggregateType":"ReferralBond","Payload":` +
-		string(payload) + `}`
-	env, err := consumer.DecodeEnvelope([]byte(value))
-	if err != nil {
-		return nil, err
-	}
-	return consumer.NewMessage(env, svc.InvalidCode, maxSkew), nil
-}
 
 // FuzzDecodeRewards: decodeCreated (closed false) and decodeClosed (closed
 // true), the handlers' decoding, do not panic on any Payload; a refusal
@@ -52,15 +33,15 @@ func FuzzDecodeRewards(f *testing.F) {
 		if closed {
 			eventType = EventTypeBondClosed
 		}
-		m, err := runtimeMessage(svc, eventType, payload)
+		m, err := servicetest.PayloadMessage(svc, eventType, "ReferralBond", payload)
 		if err != nil {
-			requireOnlyCode(t, err, consumer.EnvelopeInvalid)
+			servicetest.RequireOneCode(t, err, consumer.EnvelopeInvalid)
 			return
 		}
 		if closed {
 			p, err := decodeClosed(m)
 			if err != nil {
-				requireOnlyCode(t, err, CodeInvalid)
+				servicetest.RequireOneCode(t, err, CodeInvalid)
 				return
 			}
 			checkClosed(t, p)
@@ -76,7 +57,7 @@ func FuzzDecodeRewards(f *testing.F) {
 		}
 		p, err := decodeCreated(m)
 		if err != nil {
-			requireOnlyCode(t, err, CodeInvalid)
+			servicetest.RequireOneCode(t, err, CodeInvalid)
 			return
 		}
 		checkCreated(t, p)
@@ -96,7 +77,7 @@ func checkCreated(t *testing.T, p BondCreated) {
 	if p.BondID == uuid.Nil || p.ReferredUserID == uuid.Nil || p.ReferrerUserID == uuid.Nil || p.Version < 1 {
 		t.Fatalf("accepted bond-created %+v: a nil id or Version < 1", p)
 	}
-	if p.BoundAt.IsZero() || p.BoundAt.After(time.Now().Add(maxSkew)) {
+	if p.BoundAt.IsZero() || p.BoundAt.After(time.Now().Add(servicetest.MaxSkew)) {
 		t.Fatalf("accepted BoundAt %s: zero or beyond MAX_CLOCK_SKEW", p.BoundAt)
 	}
 	if _, err := p.BoundAt.MarshalJSON(); err != nil {
@@ -131,7 +112,7 @@ func reDecode[W, P any](t *testing.T, svc consumer.Service, eventType string, w 
 	if err != nil {
 		t.Fatalf("encode %+v: %v", w, err)
 	}
-	m, err := runtimeMessage(svc, eventType, b)
+	m, err := servicetest.PayloadMessage(svc, eventType, "ReferralBond", b)
 	if err != nil {
 		t.Fatalf("written back, the payload is not a readable envelope: %v\n%s", err, b)
 	}
@@ -222,22 +203,4 @@ func FuzzDecide(f *testing.F) {
 			t.Fatalf("row %+v not Active became Active by %+v (%s)", *row, ev, a)
 		}
 	})
-}
-
-// requireOnlyCode fails unless err carries code c and no other: every
-// *consumer.Error along its chain has c's name.
-func requireOnlyCode(t *testing.T, err error, c consumer.Code) {
-	t.Helper()
-	n := 0
-	for e := err; e != nil; e = errors.Unwrap(e) {
-		if ce, ok := e.(*consumer.Error); ok {
-			n++
-			if ce.Code.Name != c.Name {
-				t.Fatalf("error %q carries code %q, want only %s", err, ce.Code.Name, c.Name)
-			}
-		}
-	}
-	if n == 0 {
-		t.Fatalf("error %q carries no code, want %s", err, c.Name)
-	}
 }

@@ -132,7 +132,7 @@ func newHistory(n int) *history {
 // bond, each in its last state, at most one Active row per user.
 func (h *history) check(t *testing.T, e *env) {
 	t.Helper()
-	rows, err := e.client.ReferralBondReplica.Query().All(context.Background())
+	rows, err := e.Client.ReferralBondReplica.Query().All(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -148,7 +148,7 @@ func (h *history) check(t *testing.T, e *env) {
 		checkRow(t, r, w.bond, w.status, w.version, w.syncedAt)
 	}
 	for user, active := range h.users {
-		got, err := ActiveBond(context.Background(), e.client, user)
+		got, err := ActiveBond(context.Background(), e.Client, user)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -169,21 +169,21 @@ type snapshot struct {
 }
 
 func (e *env) snapshot() snapshot {
-	e.t.Helper()
+	e.T.Helper()
 	ctx := context.Background()
 	s := snapshot{rows: map[uuid.UUID]ent.ReferralBondReplica{}, marks: map[string]ent.ProcessedMessage{}}
-	rows, err := e.client.ReferralBondReplica.Query().All(ctx)
+	rows, err := e.Client.ReferralBondReplica.Query().All(ctx)
 	if err != nil {
-		e.t.Fatal(err)
+		e.T.Fatal(err)
 	}
 	for _, r := range rows {
 		r.SyncedAt, r.BoundAt = r.SyncedAt.UTC(), r.BoundAt.UTC()
 		s.rows[r.ID] = ent.ReferralBondReplica{ID: r.ID, ReferredUserID: r.ReferredUserID, ReferrerUserID: r.ReferrerUserID,
 			ReferrerCompanyID: r.ReferrerCompanyID, Status: r.Status, BoundAt: r.BoundAt, ReplicaVersion: r.ReplicaVersion, SyncedAt: r.SyncedAt}
 	}
-	marks, err := e.client.ProcessedMessage.Query().All(ctx)
+	marks, err := e.Client.ProcessedMessage.Query().All(ctx)
 	if err != nil {
-		e.t.Fatal(err)
+		e.T.Fatal(err)
 	}
 	for _, m := range marks {
 		s.marks[m.ID] = ent.ProcessedMessage{ID: m.ID, ConsumerGroup: m.ConsumerGroup, Topic: m.Topic,
@@ -217,14 +217,14 @@ func TestAC9_ReadingTopicFromOffsetZeroConvergesToLastState(t *testing.T) {
 	if n := e.countMarks(); n != len(h.keys) {
 		t.Errorf("%d marks, want %d (one per distinct message)", n, len(h.keys))
 	}
-	e.dlq(0)
-	if n := e.counter("pin_consumer_messages_total", map[string]string{"outcome": "skipped-duplicate"}); n != float64(len(h.events)-len(h.keys)) {
+	e.AwaitDLQ(0)
+	if n := e.Run.Counter("pin_consumer_messages_total", map[string]string{"outcome": "skipped-duplicate"}); n != float64(len(h.events)-len(h.keys)) {
 		t.Errorf("skipped-duplicate = %v, want %d", n, len(h.events)-len(h.keys))
 	}
 	before := e.snapshot()
 
 	// Again, from offset 0.
-	e.stop()
+	e.Stop()
 	e.resetGroup(allPartitions(0))
 	e.start()
 	e.waitCommitted()
@@ -238,8 +238,8 @@ func TestAC9_ReadingTopicFromOffsetZeroConvergesToLastState(t *testing.T) {
 			t.Errorf("re-read changed row %s: %+v → %+v", id, r, after.rows[id])
 		}
 	}
-	if n := e.counter("pin_consumer_messages_total", map[string]string{"outcome": "skipped-duplicate"}); n != float64(len(h.events)) {
+	if n := e.Run.Counter("pin_consumer_messages_total", map[string]string{"outcome": "skipped-duplicate"}); n != float64(len(h.events)) {
 		t.Errorf("re-read: skipped-duplicate = %v, want every message (%d)", n, len(h.events))
 	}
-	e.dlq(0)
+	e.AwaitDLQ(0)
 }

@@ -2,7 +2,6 @@ package rewards
 
 import (
 	"context"
-	"encoding/json"
 	"testing"
 	"time"
 
@@ -11,6 +10,7 @@ import (
 
 	"github.com/pin-platform/pin/consumers/consumer"
 	"github.com/pin-platform/pin/consumers/kafkatest"
+	"github.com/pin-platform/pin/consumers/servicetest"
 	"github.com/pin-platform/pin/ent"
 	"github.com/pin-platform/pin/migrate/pgtest"
 )
@@ -29,7 +29,7 @@ func TestActiveConflict_SecondActiveBondIsDeadLettered(t *testing.T) {
 	e.start()
 	e.waitCommitted()
 
-	e.checkDead(e.dlq(1)[0], tps[1], cb, CodeActiveConflict.Name, 1)
+	e.CheckDeadLetter(t, e.AwaitDLQ(1)[0], cb.message(), tps[1], CodeActiveConflict.Name, 1)
 	if e.row(b.ID) != nil {
 		t.Error("the conflicting bond has a row")
 	}
@@ -37,7 +37,7 @@ func TestActiveConflict_SecondActiveBondIsDeadLettered(t *testing.T) {
 	if got := e.outcome(cb); got != "" {
 		t.Errorf("dead-lettered message has the mark %q", got)
 	}
-	if n := e.counter(MetricDLQ, map[string]string{"code": CodeActiveConflict.Name}); n != 1 {
+	if n := e.Run.Counter(MetricDLQ, map[string]string{"code": CodeActiveConflict.Name}); n != 1 {
 		t.Errorf("%s = %v, want 1", MetricDLQ, n)
 	}
 
@@ -70,10 +70,10 @@ func TestViolationsAreDeadLetteredWithTheirCode(t *testing.T) {
 	v2 := envelope(EventTypeBondCreated, active.ID, active.Referred, baseTime, map[string]any{
 		"BondId": active.ID, "ReferredUserId": active.Referred, "ReferrerUserId": active.Referrer,
 		"ReferrerCompanyId": active.Company, "BoundAt": active.BoundAt, "Version": 5})
-	setContractVersion(t, &v2, 2)
+	v2 = v2.edit(func(env *servicetest.Envelope) { env.ContractVersion = 2 })
 	noTime := envelope(EventTypeBondClosed, active.ID, active.Referred, time.Time{}, map[string]any{
 		"BondId": active.ID, "ReferredUserId": active.Referred, "Status": "Revoked", "Version": 9})
-	dropCreatedAt(t, &noTime)
+	noTime = noTime.edit(func(env *servicetest.Envelope) { env.Omit = []string{"CreatedAt"} })
 	cases := []struct {
 		ev   event
 		code string // "" = not dead-lettered
@@ -102,46 +102,26 @@ func TestViolationsAreDeadLetteredWithTheirCode(t *testing.T) {
 			want++
 		}
 	}
-	dead := e.dlq(want)
+	dead := e.AwaitDLQ(want)
 	for i, c := range cases {
 		if c.code == "" {
 			continue
 		}
-		e.checkDead(deadLetterOf(t, dead, c.ev), tps[i], c.ev, c.code, 1)
+		e.CheckDeadLetter(t, deadLetterOf(t, dead, c.ev), c.ev.message(), tps[i], c.code, 1)
 	}
 	checkRow(t, e.row(revoked.ID), revoked, "Revoked", 2, baseTime)
 	// The ContractVersion 2 created went through: an upsert of the Active row.
 	checkRow(t, e.row(active.ID), active, "Active", 5, baseTime)
-	if n := e.counter(MetricContractMismatch, nil); n != 1 {
+	if n := e.Run.Counter(MetricContractMismatch, nil); n != 1 {
 		t.Errorf("%s = %v, want 1", MetricContractMismatch, n)
 	}
-	if n := e.counter("pin_consumer_unknown_event_types_total", nil); n != 1 {
+	if n := e.Run.Counter("pin_consumer_unknown_event_types_total", nil); n != 1 {
 		t.Errorf("unknown event types = %v, want 1", n)
 	}
-	if n := e.counter(MetricDLQ, map[string]string{"code": CodeInvalid.Name}); n != 6 {
+	if n := e.Run.Counter(MetricDLQ, map[string]string{"code": CodeInvalid.Name}); n != 6 {
 		t.Errorf("%s{code=%s} = %v, want 6", MetricDLQ, CodeInvalid.Name, n)
 	}
 	e.checkNoSecrets()
-}
-
-func setContractVersion(t *testing.T, ev *event, v int) {
-	t.Helper()
-	var m map[string]any
-	if err := json.Unmarshal(ev.value, &m); err != nil {
-		t.Fatal(err)
-	}
-	m["ContractVersion"] = v
-	ev.value, _ = json.Marshal(m)
-}
-
-func dropCreatedAt(t *testing.T, ev *event) {
-	t.Helper()
-	var m map[string]any
-	if err := json.Unmarshal(ev.value, &m); err != nil {
-		t.Fatal(err)
-	}
-	delete(m, "CreatedAt")
-	ev.value, _ = json.Marshal(m)
 }
 
 // The single-active conflict is detected without aborting the transaction:

@@ -2,14 +2,11 @@ package rewards
 
 import (
 	"testing"
-	"time"
 
-	"github.com/rs/zerolog"
-
-	"github.com/pin-platform/pin/migrate/pgtest"
+	"github.com/pin-platform/pin/consumers/servicetest"
 )
 
-func TestMain(m *testing.M) {
-	zerolog.TimeFieldFormat = time.RFC3339Nano // as consumer.Main sets it
-	pgtest.Main(m)
-}
+// TestMain shares one PostgreSQL server among the package's tests (the one
+// DATABASE_URL names, or a private one), each test on its own clone of the
+// migrated template.
+func TestMain(m *testing.M) { servicetest.Main(m) }

@@ -28,13 +28,13 @@ func TestReplay_GroupResetToOffsetZeroKeepsTableAndAddsOnlyNewKeys(t *testing.T)
 	e.start()
 	e.waitCommitted()
 	h.check(t, e)
-	e.dlq(1)
+	e.AwaitDLQ(1)
 	before := e.snapshot()
 	if len(before.marks) != len(h.keys) {
 		t.Fatalf("%d marks after the first read, want %d", len(before.marks), len(h.keys))
 	}
 
-	e.stop()
+	e.Stop()
 	e.resetGroup(allPartitions(0))
 	newcomer := newBond(uuid.New())
 	at := baseTime.Add(time.Hour)
@@ -75,7 +75,7 @@ func TestReplay_GroupResetToOffsetZeroKeepsTableAndAddsOnlyNewKeys(t *testing.T)
 	checkRow(t, e.row(newcomer.ID), newcomer, "Active", 1, at)
 
 	// The invalid message again, and nothing else.
-	dead := e.dlq(2)
+	dead := e.AwaitDLQ(2)
 	for _, m := range dead {
 		if string(m.Value) != string(bad.value) {
 			t.Errorf("unexpected dead letter %s", m.Value)

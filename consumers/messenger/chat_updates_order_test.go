@@ -15,9 +15,7 @@ import (
 func TestChatUpdatesOfOneBatchKeepTheSnapshotsOrder(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, consumertest.Options{})
-	if err := e.run.Stop(); err != nil { // produce first: one batch on restart
-		t.Fatal(err)
-	}
+	e.Stop() // produce first: one batch on restart
 	lead := uuid.New()
 	chatID := e.provision(lead)
 	users := []uuid.UUID{uuid.New(), uuid.New(), uuid.New(), uuid.New(), uuid.New()}
@@ -31,7 +29,7 @@ func TestChatUpdatesOfOneBatchKeepTheSnapshotsOrder(t *testing.T) {
 		evs = append(evs, newEv(lead, int64(v), active...).on(0))
 	}
 	tps := e.produce(evs...)
-	e.run = consumertest.Start(t, e.kc.Bootstrap, e.url, New, consumertest.Options{})
+	e.Start(consumertest.Options{})
 	e.awaitCommitted(tps...)
 
 	ps := e.pushes(chatID) // ORDER BY created_at, id
@@ -44,13 +42,13 @@ func TestChatUpdatesOfOneBatchKeepTheSnapshotsOrder(t *testing.T) {
 		}
 	}
 	var distinct int
-	if err := e.db.QueryRow(`SELECT count(DISTINCT created_at) FROM chat_updates WHERE chat_id = $1`, chatID).Scan(&distinct); err != nil {
+	if err := e.DB.QueryRow(`SELECT count(DISTINCT created_at) FROM chat_updates WHERE chat_id = $1`, chatID).Scan(&distinct); err != nil {
 		t.Fatal(err)
 	}
 	if distinct != len(evs) {
 		t.Fatalf("%d distinct created_at for %d rows", distinct, len(evs))
 	}
-	if n := e.run.Counter("pin_consumer_batch_size", nil); n == 0 {
+	if n := e.Run.Counter("pin_consumer_batch_size", nil); n == 0 {
 		t.Fatal("no batch was committed")
 	}
 }

@@ -3,217 +3,97 @@ package rewards
 import (
 	"bytes"
 	"context"
-	"database/sql"
-	"encoding/json"
 	"sort"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/confluentinc/confluent-kafka-go/v2/kafka"
 	"github.com/google/uuid"
-	"github.com/rs/zerolog"
 
-	"github.com/pin-platform/pin/consumers/consumer"
 	"github.com/pin-platform/pin/consumers/consumer/consumertest"
 	"github.com/pin-platform/pin/consumers/kafkatest"
+	"github.com/pin-platform/pin/consumers/servicetest"
 	"github.com/pin-platform/pin/ent"
 	"github.com/pin-platform/pin/ent/referralbondreplica"
-	"github.com/pin-platform/pin/migrate/pgtest"
 )
 
-const waitFor = 30 * time.Second
-
-// env is one end-to-end test: its own mock cluster (source and DLQ topics
-// with the contract's 6 partitions), its own migrated database, and the
-// rewards consumer running against both.
-type env struct {
-	t      *testing.T
-	kc     *kafkatest.Cluster
-	dbURL  string
-	client *ent.Client
-	db     *sql.DB
-	run    *consumertest.Running
-	logs   *consumertest.LogBuffer
-	// produced is every message produced so far, by partition: the
-	// offset the group must commit is the highest one + 1.
-	produced map[int32]int64
-}
+// env is one end-to-end test: its own broker (source and DLQ topics with
+// the contract's 6 partitions), its own migrated database, and the rewards
+// consumer running against both once started.
+type env struct{ *servicetest.Env }
 
 func newEnv(t *testing.T) *env {
 	t.Helper()
 	t.Parallel()
-	kc := kafkatest.NewCluster(t, map[string]int{Topic: 6, DLQTopic: 6})
-	client, db, url := pgtest.NewClient(t)
-	return &env{t: t, kc: kc, dbURL: url, client: client, db: db, logs: &consumertest.LogBuffer{}, produced: map[int32]int64{}}
+	return &env{servicetest.New(t, New, 6)}
 }
 
 // start runs the rewards consumer (group pin-rewards-referral-bonds).
 func (e *env) start() {
-	e.t.Helper()
-	log := zerolog.New(zerolog.MultiLevelWriter(e.logs, zerolog.ConsoleWriter{Out: testWriter{e.t}, NoColor: true, TimeFormat: "15:04:05.000"})).
-		Level(zerolog.InfoLevel).With().Timestamp().Logger()
-	if testing.Verbose() {
-		log = log.Level(zerolog.DebugLevel)
-	}
-	e.run = consumertest.Start(e.t, e.kc.Bootstrap, e.dbURL, New, consumertest.Options{
-		Logger: &log,
+	e.T.Helper()
+	e.Start(consumertest.Options{
 		// Commit stored offsets every 100 ms instead of every second: the
 		// tests wait for commits after each step.
 		Kafka: kafka.ConfigMap{"auto.commit.interval.ms": 100},
 	})
 }
 
-// stop stops the consumer as SIGTERM does: it drains, commits and leaves
-// the group.
-func (e *env) stop() {
-	e.t.Helper()
-	if err := e.run.Stop(); err != nil {
-		e.t.Fatalf("stop: %v", err)
-	}
-}
-
 // produce writes the events to the source topic, keyed by ReferredUserId
 // (partitioned by key, as the producer does), and returns where they landed.
 func (e *env) produce(evs ...event) []kafka.TopicPartition {
-	e.t.Helper()
+	e.T.Helper()
 	msgs := make([]kafkatest.Message, len(evs))
 	for i, ev := range evs {
-		msgs[i] = kafkatest.Message{Partition: -1, Key: []byte(ev.key), Value: ev.value, Headers: ev.headers}
+		msgs[i] = ev.message()
 	}
-	tps := e.kc.Produce(e.t, Topic, msgs...)
-	for _, tp := range tps {
-		if int64(tp.Offset) > e.produced[tp.Partition]-1 {
-			e.produced[tp.Partition] = int64(tp.Offset) + 1
-		}
-	}
-	return tps
+	return e.Produce(msgs...)
 }
 
 // waitCommitted waits until the group committed every produced message,
 // and checks it committed nothing beyond.
 func (e *env) waitCommitted() {
-	e.t.Helper()
-	got := map[int32]int64{} // filled in place: the failure message shows the last read
-	kafkatest.Eventually(e.t, waitFor, func() bool {
-		clear(got)
-		for p, off := range e.kc.Committed(e.t, Group, Topic) {
-			got[p] = off
-		}
-		for p, want := range e.produced {
-			if got[p] < want {
-				return false
-			}
-		}
-		return true
-	}, "committed offsets of %s: %v, want %v", Group, got, e.produced)
-	for p, off := range got {
-		if off != e.produced[p] {
-			e.t.Errorf("partition %d: committed %d, want %d", p, off, e.produced[p])
-		}
-	}
+	e.T.Helper()
+	e.AwaitCommitted(Group, e.Produced())
 }
 
 func (e *env) countMarks() int {
-	e.t.Helper()
-	n, err := e.client.ProcessedMessage.Query().Count(context.Background())
+	e.T.Helper()
+	n, err := e.Client.ProcessedMessage.Query().Count(context.Background())
 	if err != nil {
-		e.t.Fatal(err)
+		e.T.Fatal(err)
 	}
 	return n
 }
 
 // outcome is the outcome stored with a message's mark ("" without a mark).
 func (e *env) outcome(ev event) string {
-	e.t.Helper()
-	m, err := e.client.ProcessedMessage.Get(context.Background(), ev.idempotencyKey())
-	if ent.IsNotFound(err) {
-		return ""
-	}
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	if m.ConsumerGroup != Group || m.Topic != Topic {
-		e.t.Errorf("mark %s: group %s topic %s", m.ID, m.ConsumerGroup, m.Topic)
-	}
-	return m.Outcome
+	e.T.Helper()
+	return e.Outcome(ev.eventType, ev.messageID)
 }
 
 // row is the replica row of a bond, or nil.
 func (e *env) row(id uuid.UUID) *ent.ReferralBondReplica {
-	e.t.Helper()
-	r, err := e.client.ReferralBondReplica.Get(context.Background(), id)
+	e.T.Helper()
+	r, err := e.Client.ReferralBondReplica.Get(context.Background(), id)
 	if ent.IsNotFound(err) {
 		return nil
 	}
 	if err != nil {
-		e.t.Fatal(err)
+		e.T.Fatal(err)
 	}
 	return r
 }
 
 // activeCount is how many Active rows a referred user has.
 func (e *env) activeCount(referred uuid.UUID) int {
-	e.t.Helper()
-	n, err := e.client.ReferralBondReplica.Query().
+	e.T.Helper()
+	n, err := e.Client.ReferralBondReplica.Query().
 		Where(referralbondreplica.ReferredUserID(referred), referralbondreplica.Status("Active")).Count(context.Background())
 	if err != nil {
-		e.t.Fatal(err)
+		e.T.Fatal(err)
 	}
 	return n
-}
-
-// dlq reads the DLQ and checks it holds exactly want messages.
-func (e *env) dlq(want int) []*kafka.Message {
-	e.t.Helper()
-	if want > 0 {
-		kafkatest.Eventually(e.t, waitFor, func() bool { return e.kc.Count(e.t, DLQTopic) >= want }, "%d messages in the DLQ", want)
-	}
-	if n := e.kc.Count(e.t, DLQTopic); n != want {
-		e.t.Fatalf("DLQ holds %d messages, want %d", n, want)
-	}
-	if want == 0 {
-		return nil
-	}
-	return e.kc.ReadAll(e.t, DLQTopic, want, waitFor)
-}
-
-// checkDead checks a dead letter: the original key, value and headers byte
-// for byte, and every DLQ header of docs/contract.md §5.
-func (e *env) checkDead(m *kafka.Message, src kafka.TopicPartition, ev event, code string, attempts int) {
-	e.t.Helper()
-	h := func(k string) string { return kafkatest.Header(m, k) }
-	if !bytes.Equal(m.Key, []byte(ev.key)) || !bytes.Equal(m.Value, ev.value) {
-		e.t.Errorf("dead letter key/value differ from the original:\n key %q\n value %s", m.Key, m.Value)
-	}
-	for k, v := range ev.headers {
-		if h(k) != v {
-			e.t.Errorf("original header %s = %q, want %q", k, h(k), v)
-		}
-	}
-	want := map[string]string{
-		consumer.HeaderErrorCode:         code,
-		consumer.HeaderAttempts:          strconv.Itoa(attempts),
-		consumer.HeaderSourceTopic:       Topic,
-		consumer.HeaderOriginalPartition: strconv.Itoa(int(src.Partition)),
-		consumer.HeaderOriginalOffset:    strconv.FormatInt(int64(src.Offset), 10),
-		consumer.HeaderConsumerGroup:     Group,
-	}
-	for k, v := range want {
-		if h(k) != v {
-			e.t.Errorf("DLQ header %s = %q, want %q", k, h(k), v)
-		}
-	}
-	if at, err := time.Parse(time.RFC3339, h(consumer.HeaderDLQAt)); err != nil || time.Since(at) > time.Minute || time.Until(at) > time.Minute {
-		e.t.Errorf("DLQ header %s = %q: not a recent RFC 3339 time (%v)", consumer.HeaderDLQAt, h(consumer.HeaderDLQAt), err)
-	}
-	if h(consumer.HeaderReason) == "" {
-		e.t.Errorf("DLQ header %s is empty", consumer.HeaderReason)
-	}
-	if m.TopicPartition.Partition != src.Partition {
-		e.t.Errorf("dead letter on DLQ partition %d, want the source's %d", m.TopicPartition.Partition, src.Partition)
-	}
 }
 
 // deadLetterOf finds the dead letter of ev among msgs.
@@ -228,29 +108,12 @@ func deadLetterOf(t *testing.T, msgs []*kafka.Message, ev event) *kafka.Message 
 	return nil
 }
 
-// counter reads a metric of the running consumer.
-func (e *env) counter(name string, labels map[string]string) float64 {
-	return e.run.Counter(name, labels)
-}
-
-// logLines returns the JSON log lines whose message is msg.
-func (e *env) logLines(msg string) []map[string]any {
-	var out []map[string]any
-	for _, line := range strings.Split(e.logs.String(), "\n") {
-		var m map[string]any
-		if json.Unmarshal([]byte(line), &m) == nil && m["message"] == msg {
-			out = append(out, m)
-		}
-	}
-	return out
-}
-
 // resetGroup sets the group's committed offsets of the given source
 // partitions, as `kafka-consumer-groups --reset-offsets` does, while no
 // member of the group runs. Once the group exists, the mock cluster only
 // takes commits from a member, so the reset joins the group for the commit.
 func (e *env) resetGroup(offsets map[int32]int64) {
-	e.t.Helper()
+	e.T.Helper()
 	topic := Topic
 	var tps []kafka.TopicPartition
 	for p, off := range offsets {
@@ -258,26 +121,26 @@ func (e *env) resetGroup(offsets map[int32]int64) {
 	}
 	sort.Slice(tps, func(i, j int) bool { return tps[i].Partition < tps[j].Partition })
 	c, err := kafka.NewConsumer(&kafka.ConfigMap{
-		"bootstrap.servers": e.kc.Bootstrap, "group.id": Group, "enable.auto.commit": false,
+		"bootstrap.servers": e.Cluster.Bootstrap, "group.id": Group, "enable.auto.commit": false,
 		"session.timeout.ms": 6000, "heartbeat.interval.ms": 500,
 	})
 	if err != nil {
-		e.t.Fatal(err)
+		e.T.Fatal(err)
 	}
 	defer c.Close()
 	if _, err := c.CommitOffsets(tps); err == nil {
 		return // a group no member ever joined
 	}
 	if err := c.Subscribe(Topic, nil); err != nil {
-		e.t.Fatal(err)
+		e.T.Fatal(err)
 	}
-	kafkatest.Eventually(e.t, waitFor, func() bool {
+	kafkatest.Eventually(e.T, servicetest.Wait, func() bool {
 		c.Poll(50)
 		asg, err := c.Assignment()
 		return err == nil && len(asg) == 6
 	}, "the reset joins group %s", Group)
 	if _, err := c.CommitOffsets(tps); err != nil {
-		e.t.Fatalf("reset offsets of %s: %v", Group, err)
+		e.T.Fatalf("reset offsets of %s: %v", Group, err)
 	}
 }
 
@@ -312,6 +175,7 @@ type event struct {
 	key       string
 	value     []byte
 	headers   map[string]string
+	env       servicetest.Envelope // what value was built from
 }
 
 func (ev event) idempotencyKey() string {
@@ -321,26 +185,23 @@ func (ev event) idempotencyKey() string {
 	return KeyPrefixBondClosed + ev.messageID.String()
 }
 
-// envelope builds the JSON envelope of docs/contract.md §4.
+// message is ev to produce: on the partition of its key.
+func (ev event) message() kafkatest.Message {
+	return kafkatest.Message{Partition: -1, Key: []byte(ev.key), Value: ev.value, Headers: ev.headers}
+}
+
+// edit is the same message (MessageId) with its envelope changed by fn.
+func (ev event) edit(fn func(env *servicetest.Envelope)) event {
+	fn(&ev.env)
+	ev.value = ev.env.Value()
+	return ev
+}
+
+// envelope builds the JSON envelope of docs/contract.md §4.1.
 func envelope(eventType string, aggregate uuid.UUID, key uuid.UUID, at time.Time, payload any) event {
-	id := uuid.New()
-	p, err := json.Marshal(payload)
-	if err != nil {
-		panic(err)
-	}
-	v, err := json.Marshal(map[string]any{
-		"MessageId":       id,
-		"EventType":       eventType,
-		"ContractVersion": 1,
-		"CreatedAt":       at.Format(time.RFC3339Nano),
-		"AggregateId":     aggregate,
-		"AggregateType":   "ReferralBond",
-		"Payload":         json.RawMessage(p),
-	})
-	if err != nil {
-		panic(err)
-	}
-	return event{messageID: id, eventType: eventType, key: key.String(), value: v,
+	env := servicetest.Envelope{MessageID: uuid.New(), EventType: eventType, CreatedAt: at,
+		AggregateID: aggregate, AggregateType: "ReferralBond", Payload: payload}
+	return event{messageID: env.MessageID, eventType: eventType, key: key.String(), value: env.Value(), env: env,
 		headers: map[string]string{"traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"}}
 }
 
@@ -406,18 +267,8 @@ func checkRow(t *testing.T, got *ent.ReferralBondReplica, b bond, status string,
 
 // checkNoSecrets fails when a log line carries the RevokeReason.
 func (e *env) checkNoSecrets() {
-	e.t.Helper()
-	if strings.Contains(e.logs.String(), "4111-1111") || strings.Contains(e.logs.String(), "RevokeReason") {
-		e.t.Error("a log line carries the RevokeReason")
+	e.T.Helper()
+	if strings.Contains(e.Logs.String(), "4111-1111") || strings.Contains(e.Logs.String(), "RevokeReason") {
+		e.T.Error("a log line carries the RevokeReason")
 	}
-}
-
-// testWriter sends the console log to t.Log, shown for failed tests and
-// with -v.
-type testWriter struct{ t *testing.T }
-
-func (w testWriter) Write(p []byte) (int, error) {
-	defer func() { _ = recover() }() // a runtime goroutine may log after the test ended
-	w.t.Log(strings.TrimRight(string(p), "\n"))
-	return len(p), nil
 }

@@ -29,20 +29,20 @@ func TestAC1_FirstBondCreatedMakesActiveRow(t *testing.T) {
 		}
 	}
 	// The bond is the basis of an accrual now.
-	if got, err := ActiveBond(context.Background(), e.client, b.Referred); err != nil || got == nil || got.ID != b.ID {
+	if got, err := ActiveBond(context.Background(), e.Client, b.Referred); err != nil || got == nil || got.ID != b.ID {
 		t.Errorf("ActiveBond = %v, %v; want bond %s", got, err, b.ID)
 	}
-	e.dlq(0)
+	e.AwaitDLQ(0)
 
 	// Lag: now − max(synced_at).
-	lag := e.counter(MetricLagSeconds, nil)
+	lag := e.Run.Counter(MetricLagSeconds, nil)
 	if want := time.Since(at.Add(time.Second)).Seconds(); lag < want-5 || lag > want+5 {
 		t.Errorf("%s = %.1f, want about %.1f", MetricLagSeconds, lag, want)
 	}
-	if n := e.counter(MetricConsumeDurationMs, nil); n != 2 {
+	if n := e.Run.Counter(MetricConsumeDurationMs, nil); n != 2 {
 		t.Errorf("%s has %v observations, want 2", MetricConsumeDurationMs, n)
 	}
-	lines := e.logLines("created")
+	lines := e.Logs.Find("created", nil)
 	if len(lines) != 2 {
 		t.Fatalf("%d log lines 'created', want 2", len(lines))
 	}
@@ -70,11 +70,11 @@ func TestAC2_ClosedRevokedWithHigherVersionRevokesActiveRow(t *testing.T) {
 	if got := e.outcome(r); got != "closed" {
 		t.Errorf("outcome = %q, want closed", got)
 	}
-	if got, err := ActiveBond(context.Background(), e.client, b.Referred); got != nil || err != nil {
+	if got, err := ActiveBond(context.Background(), e.Client, b.Referred); got != nil || err != nil {
 		t.Errorf("ActiveBond after the revoke = %v, %v; want none", got, err)
 	}
-	e.dlq(0)
-	lines := e.logLines("closed")
+	e.AwaitDLQ(0)
+	lines := e.Logs.Find("closed", nil)
 	if len(lines) != 1 || lines[0]["Status"] != "Revoked" || lines[0]["ReplicaVersion"] != float64(1) || lines[0]["Version"] != float64(2) {
 		t.Errorf("log line 'closed' = %v", lines)
 	}
@@ -120,7 +120,7 @@ func TestAC3_RebindReplacesOldBondAndActivatesNewOne(t *testing.T) {
 	if n := e.activeCount(user); n != 1 {
 		t.Errorf("%d Active rows after the second rebind, want 1", n)
 	}
-	if got, _ := ActiveBond(context.Background(), e.client, user); got == nil || got.ID != third.ID {
+	if got, _ := ActiveBond(context.Background(), e.Client, user); got == nil || got.ID != third.ID {
 		t.Errorf("ActiveBond = %v, want %s", got, third.ID)
 	}
 	for ev, want := range map[*event]string{&rp: "closed", &cr: "created", &rp2: "closed", &cr2: "created"} {
@@ -128,8 +128,8 @@ func TestAC3_RebindReplacesOldBondAndActivatesNewOne(t *testing.T) {
 			t.Errorf("outcome of %s = %q, want %s", ev.eventType, got, want)
 		}
 	}
-	e.dlq(0)
-	if lines := e.logLines("closed"); len(lines) != 2 || lines[0]["ReplacedByBondId"] != next.ID.String() {
+	e.AwaitDLQ(0)
+	if lines := e.Logs.Find("closed", nil); len(lines) != 2 || lines[0]["ReplacedByBondId"] != next.ID.String() {
 		t.Errorf("log lines 'closed' = %v, want ReplacedByBondId %s", lines, next.ID)
 	}
 }
@@ -152,7 +152,7 @@ func TestAC4_VersionNotAboveReplicaVersionIsSkippedStale(t *testing.T) {
 	if got := e.outcome(upsert); got != "updated" {
 		t.Errorf("outcome of the newer created = %q, want updated", got)
 	}
-	if w := e.logLines("immutable-field-differs"); len(w) != 1 || w[0]["level"] != "warn" || w[0]["BondId"] != b.ID.String() {
+	if w := e.Logs.Find("immutable-field-differs", nil); len(w) != 1 || w[0]["level"] != "warn" || w[0]["BondId"] != b.ID.String() {
 		t.Errorf("immutable-field-differs lines = %v", w)
 	}
 
@@ -170,16 +170,16 @@ func TestAC4_VersionNotAboveReplicaVersionIsSkippedStale(t *testing.T) {
 			t.Errorf("outcome of a stale %s = %q, want skipped-stale", ev.eventType, got)
 		}
 	}
-	if n := e.counter(MetricStaleEvents, nil); n != 4 {
+	if n := e.Run.Counter(MetricStaleEvents, nil); n != 4 {
 		t.Errorf("%s = %v, want 4", MetricStaleEvents, n)
 	}
-	if n := e.counter(MetricStaleEvents, map[string]string{"event_type": "bond-closed"}); n != 2 {
+	if n := e.Run.Counter(MetricStaleEvents, map[string]string{"event_type": "bond-closed"}); n != 2 {
 		t.Errorf("%s{event_type=bond-closed} = %v, want 2", MetricStaleEvents, n)
 	}
-	if lines := e.logLines("skipped-stale"); len(lines) != 4 || lines[0]["ReplicaVersion"] != float64(3) {
+	if lines := e.Logs.Find("skipped-stale", nil); len(lines) != 4 || lines[0]["ReplicaVersion"] != float64(3) {
 		t.Errorf("log lines 'skipped-stale' = %v", lines)
 	}
-	e.dlq(0)
+	e.AwaitDLQ(0)
 }
 
 // AC5: a bond-closed redelivered on a Replaced/Revoked row is
@@ -211,13 +211,13 @@ func TestAC5_RedeliveredClosedOnTerminalRowIsSkippedAlreadyClosed(t *testing.T) 
 	if n := e.countMarks(); n != 5 {
 		t.Errorf("%d marks, want 5 (the redelivery adds none)", n)
 	}
-	if n := e.counter("pin_consumer_messages_total", map[string]string{"outcome": "skipped-duplicate"}); n != 1 {
+	if n := e.Run.Counter("pin_consumer_messages_total", map[string]string{"outcome": "skipped-duplicate"}); n != 1 {
 		t.Errorf("skipped-duplicate messages = %v, want 1", n)
 	}
-	if n := len(e.logLines("skipped-already-closed")); n != 2 {
+	if n := len(e.Logs.Find("skipped-already-closed", nil)); n != 2 {
 		t.Errorf("%d log lines 'skipped-already-closed', want 2", n)
 	}
-	e.dlq(0)
+	e.AwaitDLQ(0)
 }
 
 // AC6: a bond-closed for a bond the replica does not hold is re-read three
@@ -243,22 +243,22 @@ func TestAC6_OrphanClosedRetriedThenDeadLetteredAndReplayConverges(t *testing.T)
 	if got := e.outcome(r); got != "" {
 		t.Errorf("a dead-lettered message has the mark %q", got)
 	}
-	dead := e.dlq(1)
-	e.checkDead(dead[0], tps[1], r, CodeOrphanClosed.Name, 4)
-	if n := e.counter("pin_consumer_retries_total", map[string]string{"class": "retry-now", "code": CodeOrphanClosed.Name}); n != 3 {
+	dead := e.AwaitDLQ(1)
+	e.CheckDeadLetter(t, dead[0], r.message(), tps[1], CodeOrphanClosed.Name, 4)
+	if n := e.Run.Counter("pin_consumer_retries_total", map[string]string{"class": "retry-now", "code": CodeOrphanClosed.Name}); n != 3 {
 		t.Errorf("retry-now retries = %v, want 3", n)
 	}
-	if n := e.counter(MetricDLQ, map[string]string{"code": CodeOrphanClosed.Name}); n != 1 {
+	if n := e.Run.Counter(MetricDLQ, map[string]string{"code": CodeOrphanClosed.Name}); n != 1 {
 		t.Errorf("%s{code=%s} = %v, want 1", MetricDLQ, CodeOrphanClosed.Name, n)
 	}
-	dl := e.logLines("dead-lettered")
+	dl := e.Logs.Find("dead-lettered", nil)
 	if len(dl) != 1 || dl[0]["BondId"] != b.ID.String() || dl[0]["ReferredUserId"] != b.Referred.String() ||
 		dl[0]["Version"] != float64(2) || dl[0]["code"] != CodeOrphanClosed.Name || dl[0]["attempts"] != float64(4) {
 		t.Errorf("dead-lettered log lines = %v", dl)
 	}
 
 	// The operator's recovery: reset the group to offset 0 and replay.
-	e.stop()
+	e.Stop()
 	e.resetGroup(allPartitions(0))
 	e.start()
 	e.waitCommitted()
@@ -269,7 +269,7 @@ func TestAC6_OrphanClosedRetriedThenDeadLetteredAndReplayConverges(t *testing.T)
 	if got := e.outcome(r); got != "closed" {
 		t.Errorf("outcome of the replayed closed = %q", got)
 	}
-	e.dlq(1) // nothing new
+	e.AwaitDLQ(1) // nothing new
 }
 
 // AC7: an unknown Status in a bond-closed is warned (unknown-bond-status),
@@ -288,18 +288,18 @@ func TestAC7_UnknownStatusIsStoredAsItCameAndRowIsNotActive(t *testing.T) {
 	if got := e.outcome(u); got != "closed" {
 		t.Errorf("outcome = %q, want closed", got)
 	}
-	if got, err := ActiveBond(context.Background(), e.client, b.Referred); got != nil || err != nil {
+	if got, err := ActiveBond(context.Background(), e.Client, b.Referred); got != nil || err != nil {
 		t.Errorf("ActiveBond = %v, %v; want none: an unknown status is no basis", got, err)
 	}
-	if n := e.counter(MetricUnknownStatus, nil); n != 1 {
+	if n := e.Run.Counter(MetricUnknownStatus, nil); n != 1 {
 		t.Errorf("%s = %v, want 1", MetricUnknownStatus, n)
 	}
-	warn := e.logLines("unknown-bond-status")
+	warn := e.Logs.Find("unknown-bond-status", nil)
 	if len(warn) != 1 || warn[0]["level"] != "warn" || warn[0]["BondId"] != b.ID.String() ||
 		warn[0]["EventStatus"] != "Frozen-By-Compliance" || warn[0]["MessageId"] != u.messageID.String() {
 		t.Errorf("warning lines = %v", warn)
 	}
-	e.dlq(0)
+	e.AwaitDLQ(0)
 	e.checkNoSecrets()
 
 	// A bond-created never re-activates it (fail closed): INVALID.
@@ -307,7 +307,7 @@ func TestAC7_UnknownStatusIsStoredAsItCameAndRowIsNotActive(t *testing.T) {
 	tps := e.produce(again)
 	e.waitCommitted()
 	checkRow(t, e.row(b.ID), b, "Frozen-By-Compliance", 2, baseTime.Add(time.Minute))
-	e.checkDead(e.dlq(1)[0], tps[0], again, CodeInvalid.Name, 1)
+	e.CheckDeadLetter(t, e.AwaitDLQ(1)[0], again.message(), tps[0], CodeInvalid.Name, 1)
 }
 
 // AC8: an empty BondId or ReferredUserId is REWARDS_BOND_EVENT_INVALID:
@@ -333,18 +333,18 @@ func TestAC8_EmptyBondOrReferredUserIdIsDeadLetteredInvalid(t *testing.T) {
 	e.start()
 	e.waitCommitted()
 
-	dead := e.dlq(len(bad))
+	dead := e.AwaitDLQ(len(bad))
 	for i, ev := range bad {
-		e.checkDead(deadLetterOf(t, dead, ev), tps[i], ev, CodeInvalid.Name, 1)
+		e.CheckDeadLetter(t, deadLetterOf(t, dead, ev), ev.message(), tps[i], CodeInvalid.Name, 1)
 		if got := e.outcome(ev); got != "" {
 			t.Errorf("dead-lettered message %d has the mark %q", i, got)
 		}
 	}
 	checkRow(t, e.row(b.ID), b, "Active", 1, baseTime)
-	if n := e.counter(MetricDLQ, map[string]string{"code": CodeInvalid.Name}); n != float64(len(bad)) {
+	if n := e.Run.Counter(MetricDLQ, map[string]string{"code": CodeInvalid.Name}); n != float64(len(bad)) {
 		t.Errorf("%s = %v, want %d", MetricDLQ, n, len(bad))
 	}
-	if n := len(e.logLines("dead-lettered")); n != len(bad) {
+	if n := len(e.Logs.Find("dead-lettered", nil)); n != len(bad) {
 		t.Errorf("%d log lines 'dead-lettered', want %d", n, len(bad))
 	}
 }
