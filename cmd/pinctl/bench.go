@@ -26,6 +26,7 @@ import (
 	"github.com/confluentinc/confluent-kafka-go/v2/kafka"
 
 	"github.com/pin-platform/pin/consumers/demo"
+	"github.com/pin-platform/pin/internal/term"
 	"github.com/pin-platform/pin/migrate"
 	"github.com/pin-platform/pin/migrate/localpg"
 )
@@ -131,7 +132,7 @@ func runBench(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	b := &bench{benchOptions: o, out: os.Stdout, tty: isTTY(os.Stdout)}
+	b := &bench{benchOptions: o, out: os.Stdout, tty: term.IsTerminal(os.Stdout)}
 	return b.run(ctx, topics)
 }
 
@@ -504,7 +505,7 @@ func (b *bench) runService(ctx context.Context, t demo.Topic) (*serviceResult, e
 		return nil, err
 	}
 	defer f.close()
-	bar := newProgress(b.out, b.tty, "produce", n)
+	bar := term.NewProgress(b.out, b.tty, "produce", n)
 	start := time.Now()
 	pre, err := f.fill(ctx, next, n, bar)
 	if err != nil {
@@ -512,7 +513,7 @@ func (b *bench) runService(ctx context.Context, t demo.Topic) (*serviceResult, e
 	}
 	r.PreProduced = pre
 	r.ProduceEPS = float64(pre) / time.Since(start).Seconds()
-	bar.done()
+	bar.Done()
 	if pre < n {
 		b.say("  %d events pre-produced (the broker keeps ~5 MiB per partition); the other %d are produced during the run, ahead of the consumer", pre, n-pre)
 	}
@@ -648,7 +649,7 @@ func (b *bench) maxRun(ctx context.Context, p *proc, logPath string, w *offsetWa
 	// group join before it is idle) to the last commit, like the rate.
 	cpu0, cpu0At, joined := takeCPU(pid, b.postmaster), time.Now(), false
 	s := startCommitSampler(w, 10*time.Millisecond)
-	bar := newProgress(b.out, b.tty, "consume", r.Events)
+	bar := term.NewProgress(b.out, b.tty, "consume", r.Events)
 	deadline := t0.Add(b.timeout)
 	var end []int64
 	minBacklog := int64(-1)
@@ -664,7 +665,7 @@ func (b *bench) maxRun(ctx context.Context, p *proc, logPath string, w *offsetWa
 				done = false
 			}
 		}
-		bar.set(int(got))
+		bar.Set(int(got))
 		if done {
 			end = high
 			break
@@ -705,7 +706,7 @@ func (b *bench) maxRun(ctx context.Context, p *proc, logPath string, w *offsetWa
 	r.Consumer.MinBacklog = minBacklog
 	cpu1, cpu1At := takeCPU(pid, b.postmaster), time.Now()
 	obs := s.close()
-	bar.done()
+	bar.Done()
 	// The last offset's commit time: when the last partition was first
 	// seen complete.
 	var last time.Time

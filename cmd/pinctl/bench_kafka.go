@@ -12,6 +12,7 @@ import (
 
 	"github.com/pin-platform/pin/consumers/consumer"
 	"github.com/pin-platform/pin/consumers/demo"
+	"github.com/pin-platform/pin/internal/term"
 )
 
 // brokerOnly is the broker limit: a consumer with the runtime's
@@ -492,7 +493,7 @@ func (f *feeder) room(committed []int64) bool {
 
 // fill pre-produces up to n events, stopping when a partition would exceed
 // the budget; it returns how many were produced.
-func (f *feeder) fill(ctx context.Context, next func() demo.Event, n int, bar *progress) (int, error) {
+func (f *feeder) fill(ctx context.Context, next func() demo.Event, n int, bar *term.Progress) (int, error) {
 	for {
 		produced, _ := f.state()
 		if produced >= n || !f.room(nil) {
@@ -502,6 +503,6 @@ func (f *feeder) fill(ctx context.Context, next func() demo.Event, n int, bar *p
 			return produced, err
 		}
 		produced, _ = f.state()
-		bar.set(produced)
+		bar.Set(produced)
 	}
 }

@@ -26,6 +26,7 @@ import (
 
 	"github.com/pin-platform/pin/consumers/demo"
 	"github.com/pin-platform/pin/consumers/roster"
+	"github.com/pin-platform/pin/internal/term"
 	"github.com/pin-platform/pin/migrate"
 	"github.com/pin-platform/pin/migrate/localpg"
 )
@@ -67,7 +68,7 @@ func runDev(ctx context.Context, args []string) error {
 	if o.stopDB {
 		return stopLocalDB(filepath.Join(o.dataDir, "postgres"))
 	}
-	d := &dev{opts: o, out: os.Stdout, tty: isTTY(os.Stdout)}
+	d := &dev{opts: o, out: os.Stdout, tty: term.IsTerminal(os.Stdout)}
 	return d.run(ctx)
 }
 
@@ -463,14 +464,14 @@ func (d *dev) stopConsumers(procs []*proc) int {
 // follow turns a consumer's JSON log lines into one line per processed
 // event, and passes warnings and errors through. What it prints of a log
 // line (fields that may come from a message: EventType, ids, errors) goes
-// through printable.
+// through term.Printable.
 func (d *dev) follow(p *proc, r io.Reader) {
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 64*1024), 1<<20)
 	for sc.Scan() {
 		var ev map[string]any
 		if json.Unmarshal(sc.Bytes(), &ev) != nil {
-			d.say("  %-9s %s", p.service, printable(strings.ReplaceAll(sc.Text(), "\t", "    ")))
+			d.say("  %-9s %s", p.service, term.Printable(strings.ReplaceAll(sc.Text(), "\t", "    ")))
 			continue
 		}
 		if d.opts.quietLogs {
@@ -478,7 +479,7 @@ func (d *dev) follow(p *proc, r io.Reader) {
 		}
 		str := func(k string) string {
 			if v, ok := ev[k]; ok && v != nil {
-				return printable(fmt.Sprint(v))
+				return term.Printable(fmt.Sprint(v))
 			}
 			return ""
 		}
@@ -557,12 +558,12 @@ func (d *dev) load(ctx context.Context, p *devProducer, n int) error {
 	if err := d.play(ctx, p, l.Setup()); err != nil {
 		return err
 	}
-	bar := newProgress(d.out, d.tty, "produce", n)
+	bar := term.NewProgress(d.out, d.tty, "produce", n)
 	for i := 0; i < n; i++ {
 		if err := p.produce(l.Next()); err != nil {
 			return err
 		}
-		bar.set(i + 1)
+		bar.Set(i + 1)
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
@@ -570,7 +571,7 @@ func (d *dev) load(ctx context.Context, p *devProducer, n int) error {
 	if err := p.flush(ctx); err != nil {
 		return err
 	}
-	bar.done()
+	bar.Done()
 	return nil
 }
 
@@ -599,7 +600,7 @@ func (d *dev) watermarks() map[string]map[int32]int64 {
 // waitCaughtUp waits until every group committed its topic's high
 // watermarks and no message is parked.
 func (d *dev) waitCaughtUp(ctx context.Context) error {
-	var bar *progress
+	var bar *term.Progress
 	deadline := time.Now().Add(d.opts.timeout)
 	for {
 		hi := d.watermarks()
@@ -615,13 +616,13 @@ func (d *dev) waitCaughtUp(ctx context.Context) error {
 		_ = d.db.QueryRowContext(ctx, `SELECT count(*) FROM parked_messages`).Scan(&parked)
 		if d.opts.events > 0 {
 			if bar == nil {
-				bar = newProgress(d.out, d.tty, "consume", int(total))
+				bar = term.NewProgress(d.out, d.tty, "consume", int(total))
 			}
-			bar.set(int(done))
+			bar.Set(int(done))
 		}
 		if done == total && parked == 0 {
 			if bar != nil {
-				bar.done()
+				bar.Done()
 			}
 			return nil
 		}
@@ -703,12 +704,12 @@ func (d *dev) checkDLQ(sc *demo.Scenario, start map[string]map[int32]int64) []st
 		got := d.dlqCodes(topic, start[topic])
 		for code, n := range want {
 			if got[code] != n {
-				bad = append(bad, fmt.Sprintf("%s: %d × %s, want %d", topic, got[code], printable(code), n))
+				bad = append(bad, fmt.Sprintf("%s: %d × %s, want %d", topic, got[code], term.Printable(code), n))
 			}
 		}
 		for code, n := range got {
 			if _, ok := want[code]; !ok && d.opts.events == 0 {
-				bad = append(bad, fmt.Sprintf("%s: %d unexpected × %s", topic, n, printable(code)))
+				bad = append(bad, fmt.Sprintf("%s: %d unexpected × %s", topic, n, term.Printable(code)))
 			}
 		}
 	}
@@ -741,7 +742,7 @@ func (d *dev) summary(procs []*proc) {
 			}
 			s := make([]string, len(vals))
 			for i, v := range vals {
-				s[i] = printable(v.String)
+				s[i] = term.Printable(v.String)
 			}
 			fmt.Fprintf(w, "  %s\n", strings.Join(s, "\t"))
 		}
@@ -770,7 +771,7 @@ func (d *dev) summary(procs []*proc) {
 		}
 		sort.Strings(keys)
 		for _, k := range keys {
-			fmt.Fprintf(w, "  %s\t%s\t%d\n", t.DLQ, printable(k), codes[k])
+			fmt.Fprintf(w, "  %s\t%s\t%d\n", t.DLQ, term.Printable(k), codes[k])
 		}
 	}
 	fmt.Fprintln(w, "\nwhere to look")
@@ -853,54 +854,6 @@ func (p *devProducer) flush(ctx context.Context) error {
 }
 
 func (p *devProducer) close() { p.p.Flush(5000); p.p.Close() }
-
-// progress is a one-line progress bar on a terminal, a few plain lines
-// otherwise.
-type progress struct {
-	w      io.Writer
-	tty    bool
-	label  string
-	total  int
-	last   int
-	lastAt time.Time
-	start  time.Time
-}
-
-func newProgress(w io.Writer, tty bool, label string, total int) *progress {
-	return &progress{w: w, tty: tty, label: label, total: total, start: time.Now(), last: -1}
-}
-
-func (p *progress) set(n int) {
-	if p.total <= 0 || n == p.last {
-		return
-	}
-	now := time.Now()
-	if n != p.total && now.Sub(p.lastAt) < 100*time.Millisecond && (p.tty || now.Sub(p.lastAt) < 2*time.Second) {
-		return
-	}
-	p.last, p.lastAt = n, now
-	pct := n * 100 / p.total
-	rate := float64(n) / max(now.Sub(p.start).Seconds(), 0.001)
-	if p.tty {
-		const width = 30
-		fill := width * n / p.total
-		fmt.Fprintf(p.w, "\r  %-8s [%s%s] %3d%% %d/%d %.0f/s", p.label, strings.Repeat("█", fill), strings.Repeat("·", width-fill), pct, n, p.total, rate)
-		return
-	}
-	fmt.Fprintf(p.w, "  %-8s %3d%% %d/%d %.0f/s\n", p.label, pct, n, p.total, rate)
-}
-
-func (p *progress) done() {
-	p.set(p.total)
-	if p.tty {
-		fmt.Fprintln(p.w)
-	}
-}
-
-func isTTY(f *os.File) bool {
-	st, err := f.Stat()
-	return err == nil && st.Mode()&os.ModeCharDevice != 0
-}
 
 // consumerURL is the DATABASE_URL a service's consumer runs with.
 func (d *dev) consumerURL(service string) string {

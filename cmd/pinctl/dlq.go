@@ -16,6 +16,7 @@ import (
 	"github.com/confluentinc/confluent-kafka-go/v2/kafka"
 
 	"github.com/pin-platform/pin/consumers/consumer"
+	"github.com/pin-platform/pin/internal/term"
 )
 
 // `pinctl dlq list|replay`: the dead-letter topics of docs/contract.md §5, read
@@ -356,13 +357,13 @@ func summarizeEnvelope(value []byte) (envelopeSummary, error) {
 	return envelopeSummary{MessageID: e.MessageID.String(), EventType: e.EventType, CreatedAt: e.CreatedAt}, nil
 }
 
-// dlqPrintable shows a key as it may be printed (see printable), and a
+// dlqPrintable shows a key as it may be printed (see term.Printable), and a
 // null key as (null).
 func dlqPrintable(b []byte) string {
 	if b == nil {
 		return "(null)"
 	}
-	return printable(string(b))
+	return term.Printable(string(b))
 }
 
 // dlqEntry is one message as `dlq list --json` prints it (one JSON object
@@ -430,15 +431,15 @@ func dlqOrDash(s string) string {
 
 // writeDLQEntry prints e for a person: a heading line and indented details.
 // Every field from the message (key, headers, envelope) goes through
-// printable: the message cannot write a control character to the terminal
+// term.Printable: the message cannot write a control character to the terminal
 // nor a line of its own.
 func writeDLQEntry(w io.Writer, e dlqEntry) {
 	attempts := "-"
 	if e.Attempts != nil {
 		attempts = strconv.Itoa(*e.Attempts)
 	}
-	fmt.Fprintf(w, "p%d@%d  %s  attempts %s  dead-lettered %s\n", e.Partition, e.Offset, dlqOrDash(printable(e.Code)), attempts, dlqOrDash(printable(e.DLQAt)))
-	src := dlqOrDash(printable(e.SourceTopic))
+	fmt.Fprintf(w, "p%d@%d  %s  attempts %s  dead-lettered %s\n", e.Partition, e.Offset, dlqOrDash(term.Printable(e.Code)), attempts, dlqOrDash(term.Printable(e.DLQAt)))
+	src := dlqOrDash(term.Printable(e.SourceTopic))
 	if e.SourcePartition != nil {
 		src += fmt.Sprintf(" p%d", *e.SourcePartition)
 	}
@@ -446,21 +447,21 @@ func writeDLQEntry(w io.Writer, e dlqEntry) {
 		src += fmt.Sprintf("@%d", *e.SourceOffset)
 	}
 	if e.ConsumerGroup != "" {
-		src += " (group " + printable(e.ConsumerGroup) + ")"
+		src += " (group " + term.Printable(e.ConsumerGroup) + ")"
 	}
 	fmt.Fprintf(w, "    source    %s\n", src)
-	fmt.Fprintf(w, "    reason    %s\n", dlqOrDash(printable(strings.Join(strings.Fields(e.Reason), " "))))
+	fmt.Fprintf(w, "    reason    %s\n", dlqOrDash(term.Printable(strings.Join(strings.Fields(e.Reason), " "))))
 	key := dlqPrintable([]byte(e.Key))
 	if size, omitted := e.Headers[consumer.HeaderValueOmitted]; omitted {
 		fmt.Fprintf(w, "    envelope  value left out of the DLQ (%s: %s bytes): the original is at the source offset while its retention keeps it  key %s\n",
-			consumer.HeaderValueOmitted, printable(size), key)
+			consumer.HeaderValueOmitted, term.Printable(size), key)
 	} else if e.Envelope != nil {
-		fmt.Fprintf(w, "    envelope  MessageId %s  EventType %s  key %s\n", e.Envelope.MessageID, dlqOrDash(printable(e.Envelope.EventType)), key)
+		fmt.Fprintf(w, "    envelope  MessageId %s  EventType %s  key %s\n", e.Envelope.MessageID, dlqOrDash(term.Printable(e.Envelope.EventType)), key)
 	} else {
-		fmt.Fprintf(w, "    envelope  unreadable envelope (%s)  key %s\n", printable(e.EnvelopeError), key)
+		fmt.Fprintf(w, "    envelope  unreadable envelope (%s)  key %s\n", term.Printable(e.EnvelopeError), key)
 	}
 	if e.ReplayCount > 0 {
-		fmt.Fprintf(w, "    replayed  %d time(s), last at %s\n", e.ReplayCount, dlqOrDash(printable(e.Headers[headerReplayedAt])))
+		fmt.Fprintf(w, "    replayed  %d time(s), last at %s\n", e.ReplayCount, dlqOrDash(term.Printable(e.Headers[headerReplayedAt])))
 	}
 }
 
@@ -481,7 +482,7 @@ func listDLQ(ctx context.Context, o dlqListOptions, out, summary io.Writer) (int
 		e := newDLQEntry(r)
 		if o.JSON {
 			// One line per message: encoding/json escapes the C0 controls
-			// (newlines included) and replaces invalid UTF-8; printableJSON
+			// (newlines included) and replaces invalid UTF-8; term.PrintableJSON
 			// the other unprintable characters.
 			var b bytes.Buffer
 			enc := json.NewEncoder(&b)
@@ -489,7 +490,7 @@ func listDLQ(ctx context.Context, o dlqListOptions, out, summary io.Writer) (int
 			if encErr = enc.Encode(e); encErr != nil {
 				return false
 			}
-			if _, encErr = out.Write(printableJSON(b.Bytes())); encErr != nil {
+			if _, encErr = out.Write(term.PrintableJSON(b.Bytes())); encErr != nil {
 				return false
 			}
 		} else {

@@ -6,16 +6,15 @@ import (
 	"fmt"
 	"io"
 	"maps"
-	"os"
 	"slices"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/confluentinc/confluent-kafka-go/v2/kafka"
-	"github.com/mattn/go-isatty"
 
 	"github.com/pin-platform/pin/consumers/consumer"
+	"github.com/pin-platform/pin/internal/term"
 )
 
 // dlqReplayOptions are the arguments of `dlq replay`.
@@ -99,7 +98,7 @@ func valueMissing(r *dlqRecord) string {
 	for _, h := range r.Headers {
 		if h.Key == consumer.HeaderValueOmitted {
 			return fmt.Sprintf("its value was too large for the DLQ and left out of it (%s: %s bytes)",
-				consumer.HeaderValueOmitted, printable(string(h.Value)))
+				consumer.HeaderValueOmitted, term.Printable(string(h.Value)))
 		}
 	}
 	if len(r.Value) == 0 {
@@ -147,7 +146,7 @@ func shellWord(s string) string {
 	if s != "" && !strings.ContainsFunc(s, func(r rune) bool { return !asciiWordChar(r, "._-:,/@+=%") }) {
 		return s
 	}
-	return printable("'" + strings.ReplaceAll(s, "'", `'\''`) + "'")
+	return term.Printable("'" + strings.ReplaceAll(s, "'", `'\''`) + "'")
 }
 
 // describeJob is one line about a DLQ message and where it goes, its
@@ -159,9 +158,9 @@ func describeJob(r *dlqRecord, m *kafka.Message) string {
 	} else if env, err := summarizeEnvelope(r.Value); err == nil {
 		id = "MessageId " + env.MessageID
 	}
-	s := fmt.Sprintf("p%d@%d %s (%s, key %s)", r.Partition, r.Offset, dlqOrDash(printable(r.header(consumer.HeaderErrorCode))), id, dlqPrintable(r.Key))
+	s := fmt.Sprintf("p%d@%d %s (%s, key %s)", r.Partition, r.Offset, dlqOrDash(term.Printable(r.header(consumer.HeaderErrorCode))), id, dlqPrintable(r.Key))
 	if m != nil {
-		s += fmt.Sprintf(" → %s p%d", printable(*m.TopicPartition.Topic), m.TopicPartition.Partition)
+		s += fmt.Sprintf(" → %s p%d", term.Printable(*m.TopicPartition.Topic), m.TopicPartition.Partition)
 	}
 	return s
 }
@@ -169,10 +168,12 @@ func describeJob(r *dlqRecord, m *kafka.Message) string {
 // replayDLQ re-produces the selected messages of a DLQ topic to their
 // source topics (see replayMessage) with an idempotent producer (acks=all)
 // and waits for every delivery report. Lines about refused, failed and (in
-// a dry run) every message go to out; bar, when not nil, shows progress.
+// a dry run) every message go to out; progress, when not nil, is called as
+// deliveries are confirmed with how many of the total are done and the
+// counts so far.
 // The error is nil when the read succeeded and every delivery was
 // confirmed; a refused message is not an error.
-func replayDLQ(ctx context.Context, o dlqReplayOptions, out io.Writer, bar *replayBar) (replayCounts, error) {
+func replayDLQ(ctx context.Context, o dlqReplayOptions, out io.Writer, progress func(done, total int, so replayCounts)) (replayCounts, error) {
 	var c replayCounts
 	if o.MaxReplays < 1 {
 		return c, errors.New("dlq replay: max replays must be ≥ 1")
@@ -200,7 +201,7 @@ func replayDLQ(ctx context.Context, o dlqReplayOptions, out io.Writer, bar *repl
 		n, err := r.replayCount()
 		if err != nil {
 			c.Failed++
-			fmt.Fprintf(out, "failed   %s: %s\n", describeJob(r, nil), printable(err.Error()))
+			fmt.Fprintf(out, "failed   %s: %s\n", describeJob(r, nil), term.Printable(err.Error()))
 			return true
 		}
 		if n >= o.MaxReplays {
@@ -214,7 +215,7 @@ func replayDLQ(ctx context.Context, o dlqReplayOptions, out io.Writer, bar *repl
 		}
 		if err != nil {
 			c.Failed++
-			fmt.Fprintf(out, "failed   %s: cannot replay: %s\n", describeJob(r, nil), printable(err.Error()))
+			fmt.Fprintf(out, "failed   %s: cannot replay: %s\n", describeJob(r, nil), term.Printable(err.Error()))
 			return true
 		}
 		if o.DryRun {
@@ -248,15 +249,14 @@ func replayDLQ(ctx context.Context, o dlqReplayOptions, out io.Writer, bar *repl
 		}
 	}
 	delivered, failed, err := produceReplays(ctx, o.Brokers, jobs, o.Timeout, out, func(ok, bad int) {
-		if bar != nil {
-			bar.set(ok+bad, len(jobs), ok, c.Refused, c.Failed+bad)
+		if progress != nil {
+			so := c
+			so.Replayed, so.Failed = c.Replayed+ok, c.Failed+bad
+			progress(ok+bad, len(jobs), so)
 		}
 	})
 	c.Replayed += delivered
 	c.Failed += failed
-	if bar != nil {
-		bar.finish()
-	}
 	if err != nil {
 		return c, fmt.Errorf("dlq replay: %w", err)
 	}
@@ -284,7 +284,7 @@ func replayTargets(jobs []replayJob) string {
 		if len(ps) == 1 {
 			word = "partition"
 		}
-		out = append(out, fmt.Sprintf("%s %s %s", printable(t), word, strings.Join(ps, ", ")))
+		out = append(out, fmt.Sprintf("%s %s %s", term.Printable(t), word, strings.Join(ps, ", ")))
 	}
 	return strings.Join(out, "; ")
 }
@@ -330,7 +330,7 @@ func produceReplays(ctx context.Context, brokers string, jobs []replayJob, timeo
 			if j != nil {
 				what = describeJob(j.from, j.msg)
 			}
-			fmt.Fprintf(out, "failed   %s: %s\n", what, printable(m.TopicPartition.Error.Error()))
+			fmt.Fprintf(out, "failed   %s: %s\n", what, term.Printable(m.TopicPartition.Error.Error()))
 		} else {
 			ok++
 		}
@@ -363,7 +363,7 @@ func produceReplays(ctx context.Context, brokers string, jobs []replayJob, timeo
 				continue
 			}
 			bad++
-			fmt.Fprintf(out, "failed   %s: %s\n", describeJob(jobs[i].from, jobs[i].msg), printable(perr.Error()))
+			fmt.Fprintf(out, "failed   %s: %s\n", describeJob(jobs[i].from, jobs[i].msg), term.Printable(perr.Error()))
 			progress(ok, bad)
 			break
 		}
@@ -374,41 +374,6 @@ func produceReplays(ctx context.Context, brokers string, jobs []replayJob, timeo
 		}
 	}
 	return ok, bad, nil
-}
-
-// replayBar is a one-line progress bar redrawn in place on a terminal.
-type replayBar struct {
-	w      io.Writer
-	lastAt time.Time
-	drawn  bool
-}
-
-func newReplayBar(w io.Writer) *replayBar { return &replayBar{w: w} }
-
-func (b *replayBar) set(done, total, replayed, refused, failed int) {
-	now := time.Now()
-	if done < total && now.Sub(b.lastAt) < 100*time.Millisecond {
-		return
-	}
-	b.lastAt = now
-	const width = 30
-	fill := width
-	if total > 0 {
-		fill = width * done / total
-	}
-	fmt.Fprintf(b.w, "\r[%s%s] %d/%d  replayed %d  refused %d  failed %d ",
-		strings.Repeat("#", fill), strings.Repeat(".", width-fill), done, total, replayed, refused, failed)
-	b.drawn = true
-}
-
-func (b *replayBar) finish() {
-	if b.drawn {
-		fmt.Fprintln(b.w)
-	}
-}
-
-func dlqIsTerminal(f *os.File) bool {
-	return isatty.IsTerminal(f.Fd()) || isatty.IsCygwinTerminal(f.Fd())
 }
 
 func dlqReplayCmd(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) error {
@@ -465,11 +430,20 @@ func dlqReplayCmd(ctx context.Context, args []string, stdin io.Reader, stdout, s
 	if err := checkKafka(ctx, *brokers); err != nil {
 		return err
 	}
-	var bar *replayBar
-	if f, ok := stderr.(*os.File); ok && !*dryRun && dlqIsTerminal(f) {
-		bar = newReplayBar(stderr)
+	var bar *term.Progress
+	var progress func(done, total int, so replayCounts)
+	if !*dryRun && term.IsTerminal(stderr) {
+		progress = func(done, total int, so replayCounts) {
+			if bar == nil {
+				bar = term.NewProgress(stderr, true, "replay", total)
+			}
+			bar.SetNote(done, fmt.Sprintf("replayed %d  refused %d  failed %d", so.Replayed, so.Refused, so.Failed))
+		}
 	}
-	c, err := replayDLQ(ctx, o, stdout, bar)
+	c, err := replayDLQ(ctx, o, stdout, progress)
+	if bar != nil {
+		bar.Stop()
+	}
 	if *dryRun {
 		fmt.Fprintf(stdout, "dry run: selected %d, would replay %d, refused %d, failed %d\n", c.Selected, c.Replayed, c.Refused, c.Failed)
 	} else {

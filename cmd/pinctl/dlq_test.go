@@ -715,37 +715,3 @@ func TestDLQOutputEscapesMessageContents(t *testing.T) {
 		}
 	})
 }
-
-func TestPrintable(t *testing.T) {
-	t.Parallel()
-	for _, s := range []string{"", "plain text", "Квартиры у парка", "emoji 😀", "a\tb", "\x1b[2J", "a\r\nb", "\x00", "\x7f",
-		"\u009b", "\u202e", "\u2028", "\xff\xfe", "\U000e0001"} {
-		got := printable(s)
-		if strings.IndexFunc(got, func(r rune) bool { return !strconv.IsPrint(r) }) >= 0 || !utf8.ValidString(got) {
-			t.Errorf("printable(%q) = %q: not printable", s, got)
-		}
-		if got != s {
-			if u, err := strconv.Unquote(got); err != nil || u != s {
-				t.Errorf("printable(%q) = %q, which does not unquote to it", s, got)
-			}
-		} else if s == "a\tb" || s == "\x7f" {
-			t.Errorf("printable(%q) left it as it is", s)
-		}
-
-		b, err := json.Marshal(map[string]string{s: s})
-		if err != nil {
-			t.Fatal(err)
-		}
-		j := printableJSON(append(b, '\n'))
-		if !bytes.HasSuffix(j, []byte("}\n")) || bytes.Count(j, []byte("\n")) != 1 {
-			t.Errorf("printableJSON(%s) = %s: not one line", b, j)
-		}
-		assertPrintable(t, "printableJSON", string(j))
-		var back map[string]string
-		if err := json.Unmarshal(j, &back); err != nil {
-			t.Errorf("printableJSON(%s) = %s: %v", b, j, err)
-		} else if want := string([]rune(s)); back[want] != want { // an invalid byte reads back as U+FFFD
-			t.Errorf("printableJSON(%s) = %s reads back as %q", b, j, back)
-		}
-	}
-}

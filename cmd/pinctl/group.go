@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/confluentinc/confluent-kafka-go/v2/kafka"
+
+	"github.com/pin-platform/pin/internal/term"
 )
 
 // `pinctl group reset`: the specs' "replay the topic from offset 0" runbook.
@@ -67,7 +69,7 @@ func groupMembers(d kafka.ConsumerGroupDescription) (members []string, ok bool) 
 		return nil, false
 	}
 	for _, m := range d.Members {
-		members = append(members, fmt.Sprintf("%s (client %s, host %s)", printable(m.ConsumerID), printable(m.ClientID), printable(m.Host)))
+		members = append(members, fmt.Sprintf("%s (client %s, host %s)", term.Printable(m.ConsumerID), term.Printable(m.ClientID), term.Printable(m.Host)))
 	}
 	switch d.State {
 	case kafka.ConsumerGroupStatePreparingRebalance, kafka.ConsumerGroupStateCompletingRebalance, kafka.ConsumerGroupStateStable:

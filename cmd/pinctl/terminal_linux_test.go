@@ -13,6 +13,8 @@ import (
 	"unsafe"
 
 	"github.com/google/uuid"
+
+	"github.com/pin-platform/pin/internal/term"
 )
 
 // openTerminal returns the terminal end of a new pseudo-terminal whose
@@ -38,7 +40,7 @@ func openTerminal(t *testing.T, typed string) *os.File {
 		t.Fatalf("open the terminal end: %v", err)
 	}
 	t.Cleanup(func() { _ = tty.Close() })
-	if !dlqIsTerminal(tty) {
+	if !term.IsTerminal(tty) {
 		t.Fatal("the terminal end of a pseudo-terminal is not a terminal")
 	}
 	if _, err := ptmx.WriteString(typed); err != nil {
