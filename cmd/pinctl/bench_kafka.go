@@ -12,6 +12,7 @@ import (
 
 	"github.com/pin-platform/pin/consumers/consumer"
 	"github.com/pin-platform/pin/consumers/demo"
+	"github.com/pin-platform/pin/internal/kafkaenv"
 	"github.com/pin-platform/pin/internal/term"
 )
 
@@ -38,7 +39,7 @@ func brokerOnly(ctx context.Context, brokers, group, topic string, n int, overri
 	if err != nil {
 		return r, err
 	}
-	defer opCloseConsumer(c)
+	defer kafkaenv.CloseConsumer(c)
 	err = c.Subscribe(topic, func(c *kafka.Consumer, ev kafka.Event) error {
 		switch e := ev.(type) {
 		case kafka.AssignedPartitions:
@@ -97,7 +98,7 @@ type offsetWatcher struct {
 }
 
 func newOffsetWatcher(brokers, group, topic string, partitions int) (*offsetWatcher, error) {
-	c, err := kafka.NewConsumer(kafkaConfig(brokers, kafka.ConfigMap{"group.id": group, "enable.auto.commit": false}))
+	c, err := kafka.NewConsumer(kafkaenv.Client(brokers, kafka.ConfigMap{"group.id": group, "enable.auto.commit": false}))
 	if err != nil {
 		return nil, err
 	}
@@ -141,7 +142,7 @@ func (w *offsetWatcher) high(topic string) ([]int64, error) {
 	return out, nil
 }
 
-func (w *offsetWatcher) close() { opCloseConsumer(w.c) }
+func (w *offsetWatcher) close() { kafkaenv.CloseConsumer(w.c) }
 
 func sum(xs []int64) int64 {
 	var s int64

@@ -26,6 +26,7 @@ import (
 
 	"github.com/pin-platform/pin/consumers/demo"
 	"github.com/pin-platform/pin/consumers/roster"
+	"github.com/pin-platform/pin/internal/kafkaenv"
 	"github.com/pin-platform/pin/internal/term"
 	"github.com/pin-platform/pin/migrate"
 	"github.com/pin-platform/pin/migrate/localpg"
@@ -578,7 +579,7 @@ func (d *dev) load(ctx context.Context, p *devProducer, n int) error {
 // watermarks returns the high watermark per source partition.
 func (d *dev) watermarks() map[string]map[int32]int64 {
 	out := map[string]map[int32]int64{}
-	c, err := kafka.NewConsumer(kafkaConfig(d.brokers, kafka.ConfigMap{"group.id": "pinctl-dev-watermarks"}))
+	c, err := kafka.NewConsumer(kafkaenv.Client(d.brokers, kafka.ConfigMap{"group.id": "pinctl-dev-watermarks"}))
 	if err != nil {
 		return out
 	}
@@ -639,7 +640,7 @@ func (d *dev) waitCaughtUp(ctx context.Context) error {
 
 func (d *dev) committed(group, topic string, partitions int) map[int32]int64 {
 	out := map[int32]int64{}
-	c, err := kafka.NewConsumer(kafkaConfig(d.brokers, kafka.ConfigMap{"group.id": group}))
+	c, err := kafka.NewConsumer(kafkaenv.Client(d.brokers, kafka.ConfigMap{"group.id": group}))
 	if err != nil {
 		return out
 	}
@@ -663,7 +664,7 @@ func (d *dev) committed(group, topic string, partitions int) map[int32]int64 {
 // dlqCodes reads the DLQ messages past the given watermarks, by code.
 func (d *dev) dlqCodes(topic string, from map[int32]int64) map[string]int {
 	codes := map[string]int{}
-	c, err := kafka.NewConsumer(kafkaConfig(d.brokers, kafka.ConfigMap{"group.id": "pinctl-dev-dlq", "enable.auto.commit": false}))
+	c, err := kafka.NewConsumer(kafkaenv.Client(d.brokers, kafka.ConfigMap{"group.id": "pinctl-dev-dlq", "enable.auto.commit": false}))
 	if err != nil {
 		return codes
 	}
@@ -795,7 +796,7 @@ type devProducer struct {
 // (dev scenarios, bench loads): lingerMs batches sends, 0 sends each
 // message at once (latency measurements).
 func newLoadProducer(brokers string, lingerMs int) (*kafka.Producer, error) {
-	return kafka.NewProducer(kafkaConfig(brokers, kafka.ConfigMap{
+	return kafka.NewProducer(kafkaenv.Client(brokers, kafka.ConfigMap{
 		"enable.idempotence":           true,
 		"linger.ms":                    lingerMs,
 		"queue.buffering.max.messages": 1000000,

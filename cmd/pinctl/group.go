@@ -12,6 +12,7 @@ import (
 
 	"github.com/confluentinc/confluent-kafka-go/v2/kafka"
 
+	"github.com/pin-platform/pin/internal/kafkaenv"
 	"github.com/pin-platform/pin/internal/term"
 )
 
@@ -100,7 +101,7 @@ func activeGroupCommitError(err error) bool {
 // the commit, the result) is printed on out. It returns the partitions'
 // offsets; errGroupActive when the group has members.
 func resetGroup(ctx context.Context, o groupResetOptions, out io.Writer) ([]groupPartition, error) {
-	c, err := kafka.NewConsumer(kafkaConfig(o.Brokers, kafka.ConfigMap{
+	c, err := kafka.NewConsumer(kafkaenv.Client(o.Brokers, kafka.ConfigMap{
 		"group.id":             o.Group, // used for OffsetFetch/OffsetCommit only: never subscribed
 		"enable.auto.commit":   false,
 		"log.connection.close": false,
@@ -108,7 +109,7 @@ func resetGroup(ctx context.Context, o groupResetOptions, out io.Writer) ([]grou
 	if err != nil {
 		return nil, err
 	}
-	defer opCloseConsumer(c)
+	defer kafkaenv.CloseConsumer(c)
 
 	parts, err := groupOffsets(c, o.Topic)
 	if err != nil {
@@ -223,7 +224,7 @@ func resetGroup(ctx context.Context, o groupResetOptions, out io.Writer) ([]grou
 // its assignment, refuses (errGroupActive) unless every partition of the
 // topic was assigned to it, commits tps as a member and leaves the group.
 func commitAsMember(ctx context.Context, o groupResetOptions, tps []kafka.TopicPartition, out io.Writer) ([]kafka.TopicPartition, error) {
-	c, err := kafka.NewConsumer(kafkaConfig(o.Brokers, kafka.ConfigMap{
+	c, err := kafka.NewConsumer(kafkaenv.Client(o.Brokers, kafka.ConfigMap{
 		"group.id":              o.Group,
 		"enable.auto.commit":    false,
 		"auto.offset.reset":     "earliest",
@@ -234,7 +235,7 @@ func commitAsMember(ctx context.Context, o groupResetOptions, tps []kafka.TopicP
 	if err != nil {
 		return nil, err
 	}
-	defer opCloseConsumer(c) // leaves the group
+	defer kafkaenv.CloseConsumer(c) // leaves the group
 	if err := c.Subscribe(o.Topic, nil); err != nil {
 		return nil, err
 	}

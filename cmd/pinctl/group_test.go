@@ -12,11 +12,13 @@ import (
 	"github.com/confluentinc/confluent-kafka-go/v2/kafka"
 
 	"github.com/pin-platform/pin/consumers/kafkatest"
+	"github.com/pin-platform/pin/internal/dlq/dlqtest"
+	"github.com/pin-platform/pin/internal/kafkaenv"
 )
 
 // groupTopic makes a 3-partition topic on the mock cluster holding n
 // messages per partition and commits the high watermark of each for
-// testGroup, as a group that has read everything would have.
+// dlqtest.Group, as a group that has read everything would have.
 func groupTopic(t *testing.T, n int) *kafkatest.Cluster {
 	t.Helper()
 	return groupTopicOn(t, kafkatest.NewCluster, n)
@@ -25,19 +27,19 @@ func groupTopic(t *testing.T, n int) *kafkatest.Cluster {
 // groupTopicOn is groupTopic on the cluster newCluster starts.
 func groupTopicOn(t *testing.T, newCluster func(testing.TB, map[string]int) *kafkatest.Cluster, n int) *kafkatest.Cluster {
 	t.Helper()
-	kc := newCluster(t, map[string]int{testSource: 3})
+	kc := newCluster(t, map[string]int{dlqtest.Source: 3})
 	for p := range int32(3) {
 		for i := range n {
-			kc.Produce(t, testSource, kafkatest.Message{Partition: p, Key: fmt.Appendf(nil, "k%d", i), Value: []byte("{}")})
+			kc.Produce(t, dlqtest.Source, kafkatest.Message{Partition: p, Key: fmt.Appendf(nil, "k%d", i), Value: []byte("{}")})
 		}
 	}
-	cm := kc.Config(kafka.ConfigMap{"group.id": testGroup, "enable.auto.commit": false})
+	cm := kc.Config(kafka.ConfigMap{"group.id": dlqtest.Group, "enable.auto.commit": false})
 	c, err := kafka.NewConsumer(&cm)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer opCloseConsumer(c)
-	topic := testSource
+	defer kafkaenv.CloseConsumer(c)
+	topic := dlqtest.Source
 	var tps []kafka.TopicPartition
 	for p := range int32(3) {
 		tps = append(tps, kafka.TopicPartition{Topic: &topic, Partition: p, Offset: kafka.Offset(n)})
@@ -50,7 +52,7 @@ func groupTopicOn(t *testing.T, newCluster func(testing.TB, map[string]int) *kaf
 
 func wantCommitted(t *testing.T, kc *kafkatest.Cluster, want int64) {
 	t.Helper()
-	got := kc.Committed(t, testGroup, testSource)
+	got := kc.Committed(t, dlqtest.Group, dlqtest.Source)
 	for p := range int32(3) {
 		if off, ok := got[p]; !ok || off != want {
 			t.Fatalf("committed offsets %v, want %d on every partition", got, want)
@@ -66,14 +68,14 @@ func TestGroupReset(t *testing.T) {
 		kc := groupTopic(t, 4)
 		wantCommitted(t, kc, 4)
 		var out bytes.Buffer
-		err := groupResetCmd(context.Background(), []string{"--brokers", kc.Bootstrap, "--group", testGroup, "--topic", testSource, "--to-earliest", "--yes"},
+		err := groupResetCmd(context.Background(), []string{"--brokers", kc.Bootstrap, "--group", dlqtest.Group, "--topic", dlqtest.Source, "--to-earliest", "--yes"},
 			strings.NewReader(""), &out, &out)
 		if err != nil {
 			t.Fatalf("group reset: %v\n%s", err, out.String())
 		}
 		wantCommitted(t, kc, 0)
 		for _, want := range []string{
-			"group " + testGroup + ", topic " + testSource + " (3 partitions)",
+			"group " + dlqtest.Group + ", topic " + dlqtest.Source + " (3 partitions)",
 			"committed before", "to commit", "committed",
 		} {
 			if !strings.Contains(out.String(), want) {
@@ -94,7 +96,7 @@ func TestGroupReset(t *testing.T) {
 		t.Parallel()
 		kc := groupTopic(t, 2)
 		var out bytes.Buffer
-		if _, err := resetGroup(context.Background(), groupResetOptions{Brokers: kc.Bootstrap, Group: testGroup, Topic: testSource, DryRun: true}, &out); err != nil {
+		if _, err := resetGroup(context.Background(), groupResetOptions{Brokers: kc.Bootstrap, Group: dlqtest.Group, Topic: dlqtest.Source, DryRun: true}, &out); err != nil {
 			t.Fatalf("dry run: %v\n%s", err, out.String())
 		}
 		wantCommitted(t, kc, 2)
@@ -104,7 +106,7 @@ func TestGroupReset(t *testing.T) {
 		t.Parallel()
 		kc := groupTopic(t, 2)
 		no := func() (bool, error) { return false, nil }
-		if _, err := resetGroup(context.Background(), groupResetOptions{Brokers: kc.Bootstrap, Group: testGroup, Topic: testSource, Confirm: no}, new(bytes.Buffer)); err == nil {
+		if _, err := resetGroup(context.Background(), groupResetOptions{Brokers: kc.Bootstrap, Group: dlqtest.Group, Topic: dlqtest.Source, Confirm: no}, new(bytes.Buffer)); err == nil {
 			t.Fatal("reset without confirmation succeeded")
 		}
 		wantCommitted(t, kc, 2)
@@ -123,13 +125,13 @@ func TestGroupReset(t *testing.T) {
 			kfake := b.Name == "kfake"
 			kc := groupTopicOn(t, b.New, 3)
 			cm := kc.Config(kafka.ConfigMap{
-				"group.id": testGroup, "enable.auto.commit": false, "session.timeout.ms": 6000, "heartbeat.interval.ms": 500,
+				"group.id": dlqtest.Group, "enable.auto.commit": false, "session.timeout.ms": 6000, "heartbeat.interval.ms": 500,
 			})
 			member, err := kafka.NewConsumer(&cm)
 			if err != nil {
 				t.Fatal(err)
 			}
-			if err := member.Subscribe(testSource, nil); err != nil {
+			if err := member.Subscribe(dlqtest.Source, nil); err != nil {
 				t.Fatal(err)
 			}
 			kafkatest.Eventually(t, 30*time.Second, func() bool {
@@ -152,7 +154,7 @@ func TestGroupReset(t *testing.T) {
 			}()
 			reset := func(join bool) (string, error) {
 				var out bytes.Buffer
-				_, err := resetGroup(context.Background(), groupResetOptions{Brokers: kc.Bootstrap, Group: testGroup, Topic: testSource, Join: join}, &out)
+				_, err := resetGroup(context.Background(), groupResetOptions{Brokers: kc.Bootstrap, Group: dlqtest.Group, Topic: dlqtest.Source, Join: join}, &out)
 				return out.String(), err
 			}
 
@@ -181,7 +183,7 @@ func TestGroupReset(t *testing.T) {
 			<-stopped
 			wantCommitted(t, kc, 3)
 
-			opCloseConsumer(member) // leaves the group at once
+			kafkaenv.CloseConsumer(member) // leaves the group at once
 			if kfake {
 				// Kafka's behaviour: an empty group takes a commit from
 				// outside it, no --join needed.
@@ -189,7 +191,7 @@ func TestGroupReset(t *testing.T) {
 				if err != nil {
 					t.Fatalf("reset after the member left: %v\n%s", err, out)
 				}
-				if !strings.Contains(out, "state Empty, 0 member(s)") || !strings.Contains(out, "done: group "+testGroup) {
+				if !strings.Contains(out, "state Empty, 0 member(s)") || !strings.Contains(out, "done: group "+dlqtest.Group) {
 					t.Errorf("the output does not show an empty group reset:\n%s", out)
 				}
 			} else {
