@@ -14,7 +14,9 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/pin-platform/pin/consumers/kafkatest"
 	"github.com/pin-platform/pin/internal/dlq/dlqtest"
+	"github.com/pin-platform/pin/internal/group/grouptest"
 	"github.com/pin-platform/pin/internal/term"
 )
 
@@ -78,14 +80,14 @@ func TestConfirmationOnATerminal(t *testing.T) {
 		out = new(bytes.Buffer)
 		err = dlqReplayCmd(context.Background(), []string{"--brokers", kc.Bootstrap, "--topic", dlqtest.DLQ}, openTerminal(t, typed), out, new(bytes.Buffer))
 		for _, want := range []string{
-			"replay 1 message(s) from " + dlqtest.DLQ + " to " + dlqtest.Source + " partition 2\n",
+			"replay 1 message(s) from " + dlqtest.DLQ + " to " + grouptest.Topic + " partition 2\n",
 			"produce these messages to their source topic? [y/N] ",
 		} {
 			if !strings.Contains(out.String(), want) {
 				t.Errorf("output lacks %q:\n%s", want, out.String())
 			}
 		}
-		return out, kc.Count(t, dlqtest.Source), err
+		return out, kc.Count(t, grouptest.Topic), err
 	}
 
 	t.Run("dlq replay declined: nothing produced", func(t *testing.T) {
@@ -112,16 +114,16 @@ func TestConfirmationOnATerminal(t *testing.T) {
 
 	t.Run("group reset declined: nothing committed", func(t *testing.T) {
 		t.Parallel()
-		kc := groupTopic(t, 2)
+		kc := grouptest.NewTopic(t, kafkatest.NewCluster, 2)
 		var out bytes.Buffer
-		err := groupResetCmd(context.Background(), []string{"--brokers", kc.Bootstrap, "--group", dlqtest.Group, "--topic", dlqtest.Source, "--to-earliest"},
+		err := groupResetCmd(context.Background(), []string{"--brokers", kc.Bootstrap, "--group", grouptest.Group, "--topic", grouptest.Topic, "--to-earliest"},
 			openTerminal(t, "\n"), &out, &out)
 		if err == nil || !strings.Contains(err.Error(), "not confirmed: nothing committed") {
 			t.Fatalf("group reset answered nothing: error %v, want not confirmed\n%s", err, out.String())
 		}
-		if !strings.Contains(out.String(), "commit these offsets for group "+dlqtest.Group+"? [y/N] ") {
+		if !strings.Contains(out.String(), "commit these offsets for group "+grouptest.Group+"? [y/N] ") {
 			t.Errorf("no question:\n%s", out.String())
 		}
-		wantCommitted(t, kc, 2)
+		grouptest.WantCommitted(t, kc, 2)
 	})
 }
