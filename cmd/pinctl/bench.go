@@ -26,8 +26,8 @@ import (
 	"github.com/confluentinc/confluent-kafka-go/v2/kafka"
 
 	"github.com/pin-platform/pin/consumers/demo"
+	"github.com/pin-platform/pin/internal/devenv"
 	"github.com/pin-platform/pin/internal/term"
-	"github.com/pin-platform/pin/migrate"
 	"github.com/pin-platform/pin/migrate/localpg"
 )
 
@@ -206,7 +206,7 @@ type benchHost struct {
 
 func (b *bench) run(ctx context.Context, topics []demo.Topic) error {
 	var err error
-	if b.bin, err = binDir(); err != nil {
+	if b.bin, err = devenv.BinDir(); err != nil {
 		return err
 	}
 	if b.work, err = localpg.MkdirTemp("pinctl-bench-*"); err != nil {
@@ -238,22 +238,13 @@ func (b *bench) run(ctx context.Context, topics []demo.Topic) error {
 		}
 	}()
 	b.postmaster = postmasterPID(pgDir)
-	dir, err := migrate.Embedded()
+	// As in production: migrated by the schema's owner, each consumer as
+	// its service's login (row-level security included).
+	dbURL, _, err := devenv.SetUpDatabase(ctx, b.srv.URL("postgres"), benchDB)
 	if err != nil {
 		return err
 	}
-	// As in production: migrated by the schema's owner, each consumer as
-	// its service's login (row-level security included).
-	if err := setUpRoles(ctx, b.srv.URL("postgres"), benchDB); err != nil {
-		return err
-	}
-	if _, err := migrate.Apply(ctx, withUser(b.srv.URL(benchDB), migrate.OwnerRole), dir); err != nil {
-		return err
-	}
-	if err := ensureLogins(ctx, b.srv.URL(benchDB)); err != nil {
-		return err
-	}
-	if b.db, err = sql.Open("postgres", b.srv.URL(benchDB)); err != nil {
+	if b.db, err = sql.Open("postgres", dbURL); err != nil {
 		return err
 	}
 	defer b.db.Close()
@@ -537,7 +528,7 @@ func (b *bench) runService(ctx context.Context, t demo.Topic) (*serviceResult, e
 	if err != nil {
 		return nil, err
 	}
-	defer (&dev{}).stopConsumers([]*proc{pr}) // no-op once stopped below
+	defer devenv.StopConsumers(pr) // no-op once stopped below
 	end, err := b.maxRun(ctx, pr, logPath, w, f, next, t0, r)
 	if err != nil {
 		return nil, err
@@ -547,13 +538,13 @@ func (b *bench) runService(ctx context.Context, t demo.Topic) (*serviceResult, e
 	// that returns every 100 ms) do not share the paced run's cores.
 	f.close()
 	b.say("  paced at %.0f events/s for %s …", b.pacedRate(r), b.paced)
-	recs, obs, err := b.pacedRun(ctx, pr.cmd.Process.Pid, w, next, r)
+	recs, obs, err := b.pacedRun(ctx, pr.Pid(), w, next, r)
 	if err != nil {
 		return nil, err
 	}
 
 	// 3. Peak RSS, then stop.
-	if m, err := scrapeMetrics(pr.addr); err == nil {
+	if m, err := scrapeMetrics(pr.Addr); err == nil {
 		r.Paced.setFromMetrics(m, &r.Consumer)
 		for _, c := range []struct {
 			dst    *float64
@@ -562,10 +553,10 @@ func (b *bench) runService(ctx context.Context, t demo.Topic) (*serviceResult, e
 			*c.dst = seriesWith(m, "pin_consumer_db_statement_cache_total", `result="`+c.result+`"`)
 		}
 	}
-	if rss, ok := peakRSS(pr.cmd.Process.Pid); ok {
+	if rss, ok := peakRSS(pr.Pid()); ok {
 		r.RSSPeakMiB = float64(rss) / (1 << 20)
 	}
-	r.ExitCode = (&dev{}).stopConsumers([]*proc{pr})
+	r.ExitCode = devenv.StopConsumers(pr)
 	if r.ExitCode != 0 {
 		return nil, fmt.Errorf("the consumer exited with code %d (log: %s)", r.ExitCode, logPath)
 	}
@@ -603,31 +594,17 @@ func (b *bench) runService(ctx context.Context, t demo.Topic) (*serviceResult, e
 
 // startConsumer starts the service's consumer binary with its log on
 // logPath; t0 is the instant just before the start.
-func (b *bench) startConsumer(service, logPath string) (*proc, time.Time, error) {
+func (b *bench) startConsumer(service, logPath string) (*devenv.Consumer, time.Time, error) {
 	logf, err := os.Create(logPath)
 	if err != nil {
-		return nil, time.Time{}, err
+		return nil, time.Time{}, fmt.Errorf("consumer log: %w", err)
 	}
-	addr := freeAddr(defaultPort(service))
-	cmd := exec.Command(filepath.Join(b.bin, service+"-consumers"))
-	cmd.Env = append(slices.Clone(b.childEnv), "HTTP_ADDR="+addr, "DATABASE_URL="+withUser(b.dbURL, migrate.ServiceLogin(service)))
-	cmd.Stdout, cmd.Stderr = logf, logf
 	t0 := time.Now()
-	if err := cmd.Start(); err != nil {
-		logf.Close()
-		return nil, t0, fmt.Errorf("start %s: %w", service, err)
+	p, err := devenv.StartConsumer(b.bin, service, append(slices.Clone(b.childEnv), "DATABASE_URL="+devenv.ServiceURL(b.dbURL, service)), logf)
+	if err != nil {
+		return nil, t0, err
 	}
-	p := &proc{service: service, cmd: cmd, addr: addr, done: make(chan struct{})}
-	go func() {
-		err := cmd.Wait()
-		logf.Close()
-		var ee *exec.ExitError
-		if errors.As(err, &ee) {
-			p.code = ee.ExitCode()
-		}
-		close(p.done)
-	}()
-	b.say("  consumer started (pid %d), log %s", cmd.Process.Pid, logPath)
+	b.say("  consumer started (pid %d), log %s", p.Pid(), logPath)
 	return p, t0, nil
 }
 
@@ -635,8 +612,8 @@ func (b *bench) startConsumer(service, logPath string) (*proc, time.Time, error)
 // producing those that were not pre-produced ahead of the consumer, and
 // records the rate from the process start to that moment, and the CPU every
 // party used meanwhile. It returns the high watermarks after the N events.
-func (b *bench) maxRun(ctx context.Context, p *proc, logPath string, w *offsetWatcher, f *feeder, next func() demo.Event, t0 time.Time, r *serviceResult) ([]int64, error) {
-	pid := p.cmd.Process.Pid
+func (b *bench) maxRun(ctx context.Context, p *devenv.Consumer, logPath string, w *offsetWatcher, f *feeder, next func() demo.Event, t0 time.Time, r *serviceResult) ([]int64, error) {
+	pid := p.Pid()
 	// The CPU figures cover the time from the partitions' assignment (the
 	// group join before it is idle) to the last commit, like the rate.
 	cpu0, cpu0At, joined := takeCPU(pid, b.postmaster), time.Now(), false
@@ -685,9 +662,9 @@ func (b *bench) maxRun(ctx context.Context, p *proc, logPath string, w *offsetWa
 		case <-ctx.Done():
 			s.close()
 			return nil, ctx.Err()
-		case <-p.done:
+		case <-p.Done():
 			s.close()
-			return nil, fmt.Errorf("the consumer exited with code %d before committing every offset", p.code)
+			return nil, fmt.Errorf("the consumer exited with code %d before committing every offset", p.ExitCode())
 		case <-time.After(20 * time.Millisecond):
 		}
 		if time.Now().After(deadline) {
@@ -726,7 +703,7 @@ func (b *bench) maxRun(ctx context.Context, p *proc, logPath string, w *offsetWa
 	if rss, ok := peakRSS(pid); ok {
 		c.RSSMiB = float64(rss) / (1 << 20)
 	}
-	if m, err := scrapeMetrics(p.addr); err == nil {
+	if m, err := scrapeMetrics(p.Addr); err == nil {
 		c.BatchedEvents, c.Batches = m["pin_consumer_batch_size_sum"], m["pin_consumer_batch_size_count"]
 		c.OffsetCommits = storedCommits(m)
 		if c.Batches > 0 {

@@ -12,6 +12,7 @@ import (
 
 	"github.com/pin-platform/pin/consumers/consumer"
 	"github.com/pin-platform/pin/consumers/demo"
+	"github.com/pin-platform/pin/internal/devenv"
 	"github.com/pin-platform/pin/internal/kafkaenv"
 	"github.com/pin-platform/pin/internal/term"
 )
@@ -267,7 +268,7 @@ func pacedProduce(ctx context.Context, brokers string, next func() demo.Event, c
 	for i := range events {
 		events[i] = next()
 	}
-	p, err := newLoadProducer(brokers, 5)
+	p, err := devenv.NewLoadProducer(brokers, 5)
 	if err != nil {
 		return nil, err
 	}
@@ -389,7 +390,7 @@ type feeder struct {
 }
 
 func newFeeder(brokers string, partitions int) (*feeder, error) {
-	p, err := newLoadProducer(brokers, 5)
+	p, err := devenv.NewLoadProducer(brokers, 5)
 	if err != nil {
 		return nil, err
 	}
