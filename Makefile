@@ -103,8 +103,9 @@ lint:
 	$(GO) vet ./...
 	$(GOLANGCI) run ./...
 
-## bench: each consumer against its broker-only and pgbench limits (N=100000;
-## ARGS="--events 10000 --only rewards"); see bench/README.md.
+## bench: each consumer's throughput, latency and CPU per event against its
+## broker-only limit (N=100000; ARGS="--events 10000 --only rewards"); see
+## bench/README.md.
 bench: build
 	$(BIN)/pinctl bench $(ARGS)
 

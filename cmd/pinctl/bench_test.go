@@ -6,16 +6,18 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/pin-platform/pin/internal/bench"
 )
 
 // TestBenchEndToEnd runs `pinctl bench` as `make bench` does — its own
-// durable PostgreSQL, the in-process broker, pgbench, the real consumer
-// binary as a child process — with a tiny N on one consumer, and checks
-// that every measure was taken and written. It asserts no speed.
+// durable PostgreSQL, the in-process broker, the real consumer binary as a
+// child process — with a tiny N on one consumer, and checks that every
+// measure was taken and written. It asserts no speed. --sql-time, the bound
+// of the pgbench SQL limit that was removed, is still accepted.
 func TestBenchEndToEnd(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts PostgreSQL, the broker and a consumer")
@@ -36,12 +38,11 @@ func TestBenchEndToEnd(t *testing.T) {
 	runExpecting(t, cmd,
 		"═══ rewards",
 		"broker only",
-		"SQL limit: pgbench 1 client",
-		"SQL limit: pgbench 4 clients",
 		"consumer: assigned → last offset committed",
 		"p50 / p99 produce → database commit",
 		"p50 / p99 produce → offset commit",
 		"peak RSS",
+		"--sql-time is ignored",
 	)
 
 	files, _ := filepath.Glob(filepath.Join(results, "*.json"))
@@ -53,7 +54,7 @@ func TestBenchEndToEnd(t *testing.T) {
 		t.Fatal(err)
 	}
 	var file struct {
-		Runs []benchRun `json:"runs"`
+		Runs []bench.Record `json:"runs"`
 	}
 	if err := json.Unmarshal(b, &file); err != nil {
 		t.Fatalf("%s: %v", files[0], err)
@@ -74,8 +75,6 @@ func TestBenchEndToEnd(t *testing.T) {
 		ok   bool
 	}{
 		{"broker-only rate measured", r.BrokerOnly.AssignedEPS > 0},
-		{"1-client pgbench rate measured", r.SQL.Clients1.TPS > 0 && r.SQL.Clients1.Failed == 0},
-		{"4-client pgbench rate measured", r.SQL.Clients4.TPS > 0 && r.SQL.Clients4.Failed == 0},
 		{"consumer rate measured", r.Consumer.EPS > 0 && r.Consumer.AssignedEPS > 0},
 		{"paced at --paced-rate", r.Paced.FixedRate && r.Paced.TargetEPS == 150 && r.Paced.Events == 300},
 		{"CPU of the paced run measured", r.Paced.CPU != nil && r.Paced.CPU.Consumer > 0 && r.Paced.CPU.Postgres > 0},
@@ -86,193 +85,11 @@ func TestBenchEndToEnd(t *testing.T) {
 		{"a mark for every event of both runs", marks == r.Events+r.Paced.Events},
 		{"nothing dead-lettered", r.Consumer.DLQ == 0},
 		{"the consumer exited cleanly", r.ExitCode == 0},
-		{"targets evaluated", len(r.Targets) == 5},
+		{"targets evaluated", len(r.Targets) == 4},
 	}
 	for _, c := range checks {
 		if !c.ok {
 			t.Errorf("%s: no (%+v)", c.what, r)
 		}
-	}
-}
-
-func TestPacedRateIsHalfTheMeasuredOneUnlessGiven(t *testing.T) {
-	r := &serviceResult{}
-	r.Consumer.AssignedEPS = 9000
-	if got := (&bench{}).pacedRate(r); got != 4500 {
-		t.Errorf("default paced rate %v, want 4500", got)
-	}
-	if got := (&bench{benchOptions: benchOptions{rate: 1234}}).pacedRate(r); got != 1234 {
-		t.Errorf("--paced-rate 1234 gave %v", got)
-	}
-}
-
-func TestSeriesWithMatchesOneLabelAmongOthers(t *testing.T) {
-	m := map[string]float64{
-		`pin_consumer_db_statement_cache_total{result="hit",service="rewards"}`:  7,
-		`pin_consumer_db_statement_cache_total{result="miss",service="rewards"}`: 2,
-		`pin_consumer_db_statement_cache_total{service="crm",result="hit"}`:      1,
-		`pin_consumer_db_statement_cache_total_other{result="hit"}`:              100,
-		`pin_consumer_db_statement_cache_total`:                                  10,
-	}
-	if got := seriesWith(m, "pin_consumer_db_statement_cache_total", `result="hit"`); got != 8 {
-		t.Errorf("hits %v, want 8", got)
-	}
-}
-
-func TestParsePgbench(t *testing.T) {
-	out := `transaction type: multiple scripts
-scaling factor: 1
-query mode: extended
-number of clients: 4
-number of threads: 4
-maximum number of tries: 1
-number of transactions per client: 250
-number of transactions actually processed: 1000/1000
-number of failed transactions: 0 (0.000%)
-latency average = 2.345 ms
-initial connection time = 12.000 ms
-tps = 1705.123456 (without initial connection time)
-`
-	r, err := parsePgbench(out)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if r.TPS != 1705.123456 || r.LatencyMs != 2.345 || r.Transactions != 1000 || r.Failed != 0 {
-		t.Fatalf("parsed %+v", r)
-	}
-	if _, err := parsePgbench("pgbench: error: connection refused"); err == nil {
-		t.Fatal("no error for output without tps")
-	}
-}
-
-func TestPercentiles(t *testing.T) {
-	var ds []time.Duration
-	for i := 1; i <= 100; i++ {
-		ds = append(ds, time.Duration(i)*time.Millisecond)
-	}
-	p50, p99, mx, n := percentiles(ds)
-	if p50 != 50 || p99 != 99 || mx != 100 || n != 100 {
-		t.Fatalf("p50 %v p99 %v max %v n %d", p50, p99, mx, n)
-	}
-}
-
-// The per-second p99 tells a run whose p99 one stall made from a run slow
-// throughout: each second's messages are ranked on their own, and the
-// last, partial second is left out.
-func TestPacedFillBySecond(t *testing.T) {
-	t0 := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
-	// n messages 10 ms apart (100/s); lat gives each one's latency, or
-	// false for a message without an outcome line.
-	run := func(n int, lat func(i int) (time.Duration, bool)) pacedRun {
-		var recs []produced
-		dbAt := map[msgPos]time.Time{}
-		for i := range n {
-			at := t0.Add(time.Duration(i) * 10 * time.Millisecond)
-			recs = append(recs, produced{at: at, partition: 0, offset: int64(i), ok: true})
-			if d, ok := lat(i); ok {
-				dbAt[msgPos{0, int64(i)}] = at.Add(d)
-			}
-		}
-		pr := pacedRun{TargetEPS: 100}
-		pr.fill(recs, nil, dbAt)
-		return pr
-	}
-	values := func(ps []*float64) []float64 {
-		var out []float64
-		for _, p := range ps {
-			if p == nil {
-				out = append(out, -1)
-			} else {
-				out = append(out, *p)
-			}
-		}
-		return out
-	}
-
-	// 3 whole seconds, then 5 messages of a fourth, partial one.
-	pr := run(305, func(i int) (time.Duration, bool) {
-		switch {
-		case i >= 300:
-			return time.Second, true // the partial second: not reported
-		case i >= 100 && i < 200 && i%10 == 0:
-			return 300 * time.Millisecond, true // second 1: a tenth of its messages stall
-		}
-		return 10 * time.Millisecond, true
-	})
-	if got, want := values(pr.DBp99BySecondMs), []float64{10, 300, 10}; !slices.Equal(got, want) {
-		t.Fatalf("p99 by second %v, want %v", got, want)
-	}
-	if pr.DBn != 305 || pr.DBmaxms != 1000 {
-		t.Fatalf("whole-run samples %d, max %v: every message counts there", pr.DBn, pr.DBmaxms)
-	}
-	got := summarizeSeconds(pr.DBp99BySecondMs, 50*time.Millisecond)
-	if want := "median second 10.0 ms, worst 300 ms (second 1); 2 of 3 seconds ≤ 50.0 ms"; got != want {
-		t.Fatalf("summary %q, want %q", got, want)
-	}
-
-	// A run that ends on a second's boundary keeps its last second: its
-	// last message was due one interval before the end.
-	pr = run(300, func(int) (time.Duration, bool) { return 10 * time.Millisecond, true })
-	if got, want := values(pr.DBp99BySecondMs), []float64{10, 10, 10}; !slices.Equal(got, want) {
-		t.Fatalf("a run of 3 whole seconds gave %v, want %v", got, want)
-	}
-
-	// A second without outcome lines is null, and the summary leaves it out.
-	pr = run(300, func(i int) (time.Duration, bool) { return 10 * time.Millisecond, i < 100 || i >= 200 })
-	if got, want := values(pr.DBp99BySecondMs), []float64{10, -1, 10}; !slices.Equal(got, want) {
-		t.Fatalf("a second without outcome lines gave %v, want %v", got, want)
-	}
-	got = summarizeSeconds(pr.DBp99BySecondMs, 50*time.Millisecond)
-	if want := "median second 10.0 ms, worst 10.0 ms (second 0); 2 of 2 seconds ≤ 50.0 ms (1 without outcome lines)"; got != want {
-		t.Fatalf("summary %q, want %q", got, want)
-	}
-	if summarizeSeconds(nil, 50*time.Millisecond) != "" || summarizeSeconds([]*float64{nil}, 50*time.Millisecond) != "" {
-		t.Fatal("a summary without measured seconds")
-	}
-}
-
-// The paced run's transactions are the metrics' counts after it less the
-// max run's.
-func TestPacedBatches(t *testing.T) {
-	maxRun := &consumerRun{BatchedEvents: 30000, Batches: 250, OffsetCommits: 200}
-	var pr pacedRun
-	pr.setFromMetrics(map[string]float64{"pin_consumer_batch_size_sum": 90000, "pin_consumer_batch_size_count": 3250,
-		`pin_consumer_offset_commits_total{result="committed",service="rewards",trigger="stored"}`: 3000,
-		`pin_consumer_offset_commits_total{result="nothing",service="rewards",trigger="stored"}`:   100,
-		`pin_consumer_offset_commits_total{result="failed",service="rewards",trigger="stored"}`:    4,
-		`pin_consumer_offset_commits_total{result="committed",service="rewards",trigger="revoke"}`: 7,
-	}, maxRun)
-	if pr.Batches != 3000 || pr.MeanBatch != 20 {
-		t.Fatalf("paced batches %v (mean %v), want 3000 (mean 20)", pr.Batches, pr.MeanBatch)
-	}
-	if pr.OffsetCommits != 2800 {
-		t.Fatalf("paced offset commits %v, want 2800 (3000 stored and committed after it, less 200 before)", pr.OffsetCommits)
-	}
-	var none pacedRun
-	none.setFromMetrics(map[string]float64{"pin_consumer_batch_size_sum": 30000, "pin_consumer_batch_size_count": 250}, maxRun)
-	if none.Batches != 0 || none.MeanBatch != 0 {
-		t.Fatalf("no paced transactions gave %v (mean %v)", none.Batches, none.MeanBatch)
-	}
-}
-
-// A missed broker-only share says what it would take: the target's rate
-// at the run's CPU per event, in cores.
-func TestBrokerShareNeeds(t *testing.T) {
-	got := brokerShareNeeds(150000, 60, 50, 2)
-	if want := "45,000 ev/s at this run's 60 + 50 µs of consumer + PostgreSQL CPU per event need 5.0 cores, of 2 (PostgreSQL's share alone 2.2)"; got != want {
-		t.Fatalf("got %q, want %q", got, want)
-	}
-	if got := brokerShareNeeds(10000, 60, 50, 2); got != "3,000 ev/s at this run's 60 + 50 µs of consumer + PostgreSQL CPU per event need 0.3 cores, of 2" {
-		t.Fatalf("a reachable share: %q", got)
-	}
-	if brokerShareNeeds(0, 60, 50, 2) != "" || brokerShareNeeds(150000, 0, 0, 2) != "" {
-		t.Fatal("a reason without a measure")
-	}
-	r := &serviceResult{}
-	r.BrokerOnly.AssignedEPS, r.Consumer.AssignedEPS = 150000, 10000
-	r.Consumer.CPUUsPer, r.Consumer.PGUsPer, r.Consumer.CPU.Cores = 60, 50, 2
-	r.evaluate()
-	if r.Targets[1].Met || !strings.Contains(r.Targets[1].Why, "need 5.0 cores, of 2") {
-		t.Fatalf("broker-only target %+v", r.Targets[1])
 	}
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/pin-platform/pin/consumers/demo"
 	"github.com/pin-platform/pin/internal/chaos"
+	"github.com/pin-platform/pin/internal/devenv"
 )
 
 func init() {
@@ -87,7 +88,7 @@ func runChaos(ctx context.Context, args []string) error {
 		}
 	}
 	var err error
-	if o.BinDir, err = binDir(); err != nil {
+	if o.BinDir, err = devenv.BinDir(); err != nil {
 		return err
 	}
 	o.Out = os.Stdout

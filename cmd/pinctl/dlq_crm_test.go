@@ -15,6 +15,7 @@ import (
 	"github.com/pin-platform/pin/consumers/consumer/consumertest"
 	"github.com/pin-platform/pin/consumers/crm"
 	"github.com/pin-platform/pin/consumers/kafkatest"
+	"github.com/pin-platform/pin/internal/dlq"
 	"github.com/pin-platform/pin/migrate/pgtest"
 )
 
@@ -65,9 +66,9 @@ func TestDLQReplayOfALeadNotFoundLandsExactlyOnce(t *testing.T) {
 	kafkatest.Eventually(t, wait, func() bool { return kc.Count(t, crm.DLQTopic) == 1 }, "the event dead-lettered")
 
 	var listed bytes.Buffer
-	f := allDLQ()
+	f := dlq.All()
 	f.Code = crm.CodeLeadNotFound.Name
-	if n, err := listDLQ(context.Background(), dlqListOptions{Brokers: kc.Bootstrap, Topic: crm.DLQTopic, Filter: f}, &listed, &listed); err != nil || n != 1 {
+	if n, err := dlq.List(context.Background(), dlq.ListOptions{Brokers: kc.Bootstrap, Topic: crm.DLQTopic, Filter: f}, &listed, &listed); err != nil || n != 1 {
 		t.Fatalf("dlq list --code %s: %d messages, %v\n%s", crm.CodeLeadNotFound.Name, n, err, listed.String())
 	}
 	for _, want := range []string{
@@ -101,14 +102,14 @@ func TestDLQReplayOfALeadNotFoundLandsExactlyOnce(t *testing.T) {
 		return count(`SELECT count(*) FROM lead_events WHERE source_message_id = $1 AND lead_id = $2`, msgID, lead) == 1
 	}, "the replayed event appended to the lead's feed")
 	if m := kc.ReadAll(t, crm.Topic, 2, wait)[1]; m.TopicPartition.Partition != partition ||
-		kafkatest.Header(m, headerReplayCount) != "1" || kafkatest.Header(m, "x-test-origin") != "replay-test" {
+		kafkatest.Header(m, dlq.HeaderReplayCount) != "1" || kafkatest.Header(m, "x-test-origin") != "replay-test" {
 		t.Errorf("replayed message on partition %d with x-replay-count %q and x-test-origin %q",
-			m.TopicPartition.Partition, kafkatest.Header(m, headerReplayCount), kafkatest.Header(m, "x-test-origin"))
+			m.TopicPartition.Partition, kafkatest.Header(m, dlq.HeaderReplayCount), kafkatest.Header(m, "x-test-origin"))
 	}
 
 	// A second replay of the same dead letter: acknowledged as a duplicate.
-	c, err := replayDLQ(context.Background(), dlqReplayOptions{Brokers: kc.Bootstrap, Topic: crm.DLQTopic, Filter: f, MaxReplays: 3}, &out, nil)
-	if err != nil || c != (replayCounts{Selected: 1, Replayed: 1}) {
+	c, err := dlq.Replay(context.Background(), dlq.ReplayOptions{Brokers: kc.Bootstrap, Topic: crm.DLQTopic, Filter: f, MaxReplays: 3}, &out)
+	if err != nil || c != (dlq.Counts{Selected: 1, Replayed: 1}) {
 		t.Fatalf("second replay: %v, %v\n%s", c, err, out.String())
 	}
 	kafkatest.Eventually(t, wait, func() bool {

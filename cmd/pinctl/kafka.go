@@ -2,26 +2,32 @@ package main
 
 import (
 	"context"
+	"flag"
+	"fmt"
 	"os"
+	"strings"
 	"time"
-
-	"github.com/confluentinc/confluent-kafka-go/v2/kafka"
 
 	"github.com/pin-platform/pin/internal/kafkaenv"
 )
 
-// kafkaConfig is the configuration of every Kafka client pinctl makes: the
-// KAFKA_* environment (security.protocol, sasl.*, ssl.*, …, as the
-// consumers read it), the brokers of --brokers, and the client's own
-// settings, which win.
-func kafkaConfig(brokers string, own kafka.ConfigMap) *kafka.ConfigMap {
-	cm := kafkaenv.FromEnv(os.Environ()).Map(brokers, own)
-	return &cm
-}
-
 // checkKafka reaches the brokers before a command works with them: a
 // refused password or TLS handshake is one clear line and exit 1, not a
-// command that waits for nothing.
+// command that waits for nothing. The command's clients take the same
+// KAFKA_* settings (kafkaenv.Client).
 func checkKafka(ctx context.Context, brokers string) error {
-	return kafkaenv.Check(ctx, *kafkaConfig(brokers, nil), 15*time.Second)
+	return kafkaenv.Check(ctx, *kafkaenv.Client(brokers, nil), 15*time.Second)
+}
+
+// opBrokersFlag registers --brokers, defaulting to $KAFKA_BOOTSTRAP_SERVERS.
+func opBrokersFlag(fs *flag.FlagSet) *string {
+	return fs.String("brokers", os.Getenv("KAFKA_BOOTSTRAP_SERVERS"), "Kafka bootstrap servers (default $KAFKA_BOOTSTRAP_SERVERS)")
+}
+
+func opRequireFlag(fs *flag.FlagSet, name, value string) error {
+	if strings.TrimSpace(value) == "" {
+		fs.Usage()
+		return usageError(fmt.Sprintf("%s: --%s is required", fs.Name(), name))
+	}
+	return nil
 }

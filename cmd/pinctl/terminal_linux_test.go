@@ -13,6 +13,11 @@ import (
 	"unsafe"
 
 	"github.com/google/uuid"
+
+	"github.com/pin-platform/pin/consumers/kafkatest"
+	"github.com/pin-platform/pin/internal/dlq/dlqtest"
+	"github.com/pin-platform/pin/internal/group/grouptest"
+	"github.com/pin-platform/pin/internal/term"
 )
 
 // openTerminal returns the terminal end of a new pseudo-terminal whose
@@ -38,7 +43,7 @@ func openTerminal(t *testing.T, typed string) *os.File {
 		t.Fatalf("open the terminal end: %v", err)
 	}
 	t.Cleanup(func() { _ = tty.Close() })
-	if !dlqIsTerminal(tty) {
+	if !term.IsTerminal(tty) {
 		t.Fatal("the terminal end of a pseudo-terminal is not a terminal")
 	}
 	if _, err := ptmx.WriteString(typed); err != nil {
@@ -71,18 +76,18 @@ func TestConfirmationOnATerminal(t *testing.T) {
 
 	replayOnTerminal := func(t *testing.T, typed string) (out *bytes.Buffer, produced int, err error) {
 		t.Helper()
-		kc := newDLQCluster(t, deadLetter{dlqPartition: 0, srcPartition: 2, srcOffset: 8, code: "CODE_A", id: uuid.New(), key: "k"})
+		kc := dlqtest.NewCluster(t, dlqtest.DeadLetter{DLQPartition: 0, SrcPartition: 2, SrcOffset: 8, Code: "CODE_A", ID: uuid.New(), Key: "k"})
 		out = new(bytes.Buffer)
-		err = dlqReplayCmd(context.Background(), []string{"--brokers", kc.Bootstrap, "--topic", testDLQ}, openTerminal(t, typed), out, new(bytes.Buffer))
+		err = dlqReplayCmd(context.Background(), []string{"--brokers", kc.Bootstrap, "--topic", dlqtest.DLQ}, openTerminal(t, typed), out, new(bytes.Buffer))
 		for _, want := range []string{
-			"replay 1 message(s) from " + testDLQ + " to " + testSource + " partition 2\n",
+			"replay 1 message(s) from " + dlqtest.DLQ + " to " + grouptest.Topic + " partition 2\n",
 			"produce these messages to their source topic? [y/N] ",
 		} {
 			if !strings.Contains(out.String(), want) {
 				t.Errorf("output lacks %q:\n%s", want, out.String())
 			}
 		}
-		return out, kc.Count(t, testSource), err
+		return out, kc.Count(t, grouptest.Topic), err
 	}
 
 	t.Run("dlq replay declined: nothing produced", func(t *testing.T) {
@@ -109,16 +114,16 @@ func TestConfirmationOnATerminal(t *testing.T) {
 
 	t.Run("group reset declined: nothing committed", func(t *testing.T) {
 		t.Parallel()
-		kc := groupTopic(t, 2)
+		kc := grouptest.NewTopic(t, kafkatest.NewCluster, 2)
 		var out bytes.Buffer
-		err := groupResetCmd(context.Background(), []string{"--brokers", kc.Bootstrap, "--group", testGroup, "--topic", testSource, "--to-earliest"},
+		err := groupResetCmd(context.Background(), []string{"--brokers", kc.Bootstrap, "--group", grouptest.Group, "--topic", grouptest.Topic, "--to-earliest"},
 			openTerminal(t, "\n"), &out, &out)
 		if err == nil || !strings.Contains(err.Error(), "not confirmed: nothing committed") {
 			t.Fatalf("group reset answered nothing: error %v, want not confirmed\n%s", err, out.String())
 		}
-		if !strings.Contains(out.String(), "commit these offsets for group "+testGroup+"? [y/N] ") {
+		if !strings.Contains(out.String(), "commit these offsets for group "+grouptest.Group+"? [y/N] ") {
 			t.Errorf("no question:\n%s", out.String())
 		}
-		wantCommitted(t, kc, 2)
+		grouptest.WantCommitted(t, kc, 2)
 	})
 }

@@ -1,4 +1,4 @@
-package main
+package dlq
 
 import (
 	"context"
@@ -6,46 +6,49 @@ import (
 	"fmt"
 	"io"
 	"maps"
-	"os"
 	"slices"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/confluentinc/confluent-kafka-go/v2/kafka"
-	"github.com/mattn/go-isatty"
 
 	"github.com/pin-platform/pin/consumers/consumer"
+	"github.com/pin-platform/pin/internal/kafkaenv"
+	"github.com/pin-platform/pin/internal/term"
 )
 
-// dlqReplayOptions are the arguments of `dlq replay`.
-type dlqReplayOptions struct {
-	Brokers, Topic string
-	Filter         dlqFilter
-	DryRun         bool
-	MaxReplays     int           // refuse a message whose x-replay-count is already ≥ this
-	Timeout        time.Duration // for every delivery to be confirmed
-	Now            func() time.Time
+// ReplayOptions are the arguments of Replay: `dlq replay`'s.
+type ReplayOptions struct {
+	Brokers, Topic string // the DLQ topic and where it is
+	Filter         Filter
+	DryRun         bool             // print what would be replayed; produce nothing
+	MaxReplays     int              // refuse a message whose x-replay-count is already ≥ this (≥ 1)
+	Timeout        time.Duration    // for every delivery to be confirmed; 0: a minute
+	Now            func() time.Time // the clock of x-replayed-at; nil: time.Now
 	// Confirm is asked once the selection is known and the plan printed
 	// (not in a dry run); nil: no question.
 	Confirm func() (bool, error)
+	// Progress, when not nil, is called as deliveries are confirmed, with
+	// how many of the total are done and the counts so far.
+	Progress func(done, total int, so Counts)
 }
 
-// replayCounts is what a replay did.
-type replayCounts struct {
+// Counts is what a replay did; String is the line `dlq replay` ends with.
+type Counts struct {
 	Selected int // matched the filter
 	Replayed int // delivered to the source topic (would be, in a dry run)
 	Refused  int // replayed MaxReplays times already, or without its value (see valueMissing)
 	Failed   int // not delivered, or not replayable (no source topic)
 }
 
-func (c replayCounts) String() string {
+func (c Counts) String() string {
 	return fmt.Sprintf("selected %d, replayed %d, refused %d, failed %d", c.Selected, c.Replayed, c.Refused, c.Failed)
 }
 
 // replayJob is a selected DLQ message and the message it becomes.
 type replayJob struct {
-	from *dlqRecord
+	from *record
 	msg  *kafka.Message
 }
 
@@ -55,7 +58,7 @@ type replayJob struct {
 func dropOnReplay(key string) bool {
 	switch key {
 	case consumer.HeaderSourceTopic, consumer.HeaderConsumerGroup, consumer.HeaderAttempts,
-		headerReplayCount, headerReplayedAt:
+		HeaderReplayCount, HeaderReplayedAt:
 		return true
 	}
 	return strings.HasPrefix(key, "x-dlq-") || strings.HasPrefix(key, "x-original-")
@@ -64,7 +67,7 @@ func dropOnReplay(key string) bool {
 // replayMessage builds the message a DLQ record is replayed as: its source
 // topic and original partition, the original key and value, the original
 // headers, x-replay-count = count and x-replayed-at = now.
-func replayMessage(r *dlqRecord, count int, now time.Time) (*kafka.Message, error) {
+func replayMessage(r *record, count int, now time.Time) (*kafka.Message, error) {
 	topic := r.header(consumer.HeaderSourceTopic)
 	if topic == "" {
 		return nil, fmt.Errorf("no %s header", consumer.HeaderSourceTopic)
@@ -80,8 +83,8 @@ func replayMessage(r *dlqRecord, count int, now time.Time) (*kafka.Message, erro
 		}
 	}
 	hs = append(hs,
-		kafka.Header{Key: headerReplayCount, Value: []byte(strconv.Itoa(count))},
-		kafka.Header{Key: headerReplayedAt, Value: []byte(now.UTC().Format(time.RFC3339))})
+		kafka.Header{Key: HeaderReplayCount, Value: []byte(strconv.Itoa(count))},
+		kafka.Header{Key: HeaderReplayedAt, Value: []byte(now.UTC().Format(time.RFC3339))})
 	return &kafka.Message{
 		TopicPartition: kafka.TopicPartition{Topic: &topic, Partition: int32(p)},
 		Key:            r.Key,
@@ -95,11 +98,11 @@ func replayMessage(r *dlqRecord, count int, now time.Time) (*kafka.Message, erro
 // published without its value (consumer.HeaderValueOmitted): produced as
 // it is, it would land on the source topic as a tombstone (a null value),
 // and so would any message without a value.
-func valueMissing(r *dlqRecord) string {
+func valueMissing(r *record) string {
 	for _, h := range r.Headers {
 		if h.Key == consumer.HeaderValueOmitted {
 			return fmt.Sprintf("its value was too large for the DLQ and left out of it (%s: %s bytes)",
-				consumer.HeaderValueOmitted, printable(string(h.Value)))
+				consumer.HeaderValueOmitted, term.Printable(string(h.Value)))
 		}
 	}
 	if len(r.Value) == 0 {
@@ -112,7 +115,7 @@ func valueMissing(r *dlqRecord) string {
 // topic, partition and offset) and how to read it from there. A command
 // line is given only when the headers hold a legal topic name and numbers,
 // so that it can be pasted as it is.
-func recoveryHint(r *dlqRecord, brokers string) string {
+func recoveryHint(r *record, brokers string) string {
 	topic := r.header(consumer.HeaderSourceTopic)
 	p, perr := strconv.ParseInt(r.header(consumer.HeaderOriginalPartition), 10, 32)
 	off, oerr := strconv.ParseInt(r.header(consumer.HeaderOriginalOffset), 10, 64)
@@ -147,33 +150,39 @@ func shellWord(s string) string {
 	if s != "" && !strings.ContainsFunc(s, func(r rune) bool { return !asciiWordChar(r, "._-:,/@+=%") }) {
 		return s
 	}
-	return printable("'" + strings.ReplaceAll(s, "'", `'\''`) + "'")
+	return term.Printable("'" + strings.ReplaceAll(s, "'", `'\''`) + "'")
 }
 
 // describeJob is one line about a DLQ message and where it goes, its
 // fields printable.
-func describeJob(r *dlqRecord, m *kafka.Message) string {
+func describeJob(r *record, m *kafka.Message) string {
 	id := "unreadable envelope"
 	if len(r.Value) == 0 {
 		id = "no value"
 	} else if env, err := summarizeEnvelope(r.Value); err == nil {
 		id = "MessageId " + env.MessageID
 	}
-	s := fmt.Sprintf("p%d@%d %s (%s, key %s)", r.Partition, r.Offset, dlqOrDash(printable(r.header(consumer.HeaderErrorCode))), id, dlqPrintable(r.Key))
+	s := fmt.Sprintf("p%d@%d %s (%s, key %s)", r.Partition, r.Offset, orDash(term.Printable(r.header(consumer.HeaderErrorCode))), id, printableKey(r.Key))
 	if m != nil {
-		s += fmt.Sprintf(" → %s p%d", printable(*m.TopicPartition.Topic), m.TopicPartition.Partition)
+		s += fmt.Sprintf(" → %s p%d", term.Printable(*m.TopicPartition.Topic), m.TopicPartition.Partition)
 	}
 	return s
 }
 
-// replayDLQ re-produces the selected messages of a DLQ topic to their
-// source topics (see replayMessage) with an idempotent producer (acks=all)
-// and waits for every delivery report. Lines about refused, failed and (in
-// a dry run) every message go to out; bar, when not nil, shows progress.
-// The error is nil when the read succeeded and every delivery was
-// confirmed; a refused message is not an error.
-func replayDLQ(ctx context.Context, o dlqReplayOptions, out io.Writer, bar *replayBar) (replayCounts, error) {
-	var c replayCounts
+// Replay re-produces the selected messages of a DLQ topic to their source
+// topic (x-source-topic) and original partition (x-original-partition),
+// with the original key, value and headers less the DLQ's own and with
+// x-replay-count (previous + 1) and x-replayed-at, through an idempotent
+// producer (acks=all), and waits for every delivery report. It selects
+// first, prints the plan and asks o.Confirm, then produces. A message
+// replayed MaxReplays times already, or without its value (it would be a
+// tombstone), is refused and counted, and its line says why (and where the
+// original is). Lines about refused, failed and (in a dry run) every
+// message go to out. The error is nil when the read succeeded and every
+// delivery was confirmed; a refused or failed message is not an error, the
+// counts say it.
+func Replay(ctx context.Context, o ReplayOptions, out io.Writer) (Counts, error) {
+	var c Counts
 	if o.MaxReplays < 1 {
 		return c, errors.New("dlq replay: max replays must be ≥ 1")
 	}
@@ -189,7 +198,7 @@ func replayDLQ(ctx context.Context, o dlqReplayOptions, out io.Writer, bar *repl
 	// a message replayed into a topic that is also read here (a DLQ whose
 	// source is itself) cannot be picked up twice.
 	var jobs []replayJob
-	err := readDLQ(ctx, o.Brokers, o.Topic, o.Filter, func(r *dlqRecord) bool {
+	err := read(ctx, o.Brokers, o.Topic, o.Filter, func(r *record) bool {
 		c.Selected++
 		if why := valueMissing(r); why != "" {
 			c.Refused++
@@ -200,7 +209,7 @@ func replayDLQ(ctx context.Context, o dlqReplayOptions, out io.Writer, bar *repl
 		n, err := r.replayCount()
 		if err != nil {
 			c.Failed++
-			fmt.Fprintf(out, "failed   %s: %s\n", describeJob(r, nil), printable(err.Error()))
+			fmt.Fprintf(out, "failed   %s: %s\n", describeJob(r, nil), term.Printable(err.Error()))
 			return true
 		}
 		if n >= o.MaxReplays {
@@ -214,11 +223,11 @@ func replayDLQ(ctx context.Context, o dlqReplayOptions, out io.Writer, bar *repl
 		}
 		if err != nil {
 			c.Failed++
-			fmt.Fprintf(out, "failed   %s: cannot replay: %s\n", describeJob(r, nil), printable(err.Error()))
+			fmt.Fprintf(out, "failed   %s: cannot replay: %s\n", describeJob(r, nil), term.Printable(err.Error()))
 			return true
 		}
 		if o.DryRun {
-			fmt.Fprintf(out, "would replay %s (%s %d)\n", describeJob(r, m), headerReplayCount, n+1)
+			fmt.Fprintf(out, "would replay %s (%s %d)\n", describeJob(r, m), HeaderReplayCount, n+1)
 		}
 		jobs = append(jobs, replayJob{from: r, msg: m})
 		return true
@@ -248,15 +257,14 @@ func replayDLQ(ctx context.Context, o dlqReplayOptions, out io.Writer, bar *repl
 		}
 	}
 	delivered, failed, err := produceReplays(ctx, o.Brokers, jobs, o.Timeout, out, func(ok, bad int) {
-		if bar != nil {
-			bar.set(ok+bad, len(jobs), ok, c.Refused, c.Failed+bad)
+		if o.Progress != nil {
+			so := c
+			so.Replayed, so.Failed = c.Replayed+ok, c.Failed+bad
+			o.Progress(ok+bad, len(jobs), so)
 		}
 	})
 	c.Replayed += delivered
 	c.Failed += failed
-	if bar != nil {
-		bar.finish()
-	}
 	if err != nil {
 		return c, fmt.Errorf("dlq replay: %w", err)
 	}
@@ -284,7 +292,7 @@ func replayTargets(jobs []replayJob) string {
 		if len(ps) == 1 {
 			word = "partition"
 		}
-		out = append(out, fmt.Sprintf("%s %s %s", printable(t), word, strings.Join(ps, ", ")))
+		out = append(out, fmt.Sprintf("%s %s %s", term.Printable(t), word, strings.Join(ps, ", ")))
 	}
 	return strings.Join(out, "; ")
 }
@@ -294,7 +302,7 @@ func replayTargets(jobs []replayJob) string {
 // the error says the wait was cut short (ctx, timeout) or the producer
 // could not be created.
 func produceReplays(ctx context.Context, brokers string, jobs []replayJob, timeout time.Duration, out io.Writer, progress func(ok, bad int)) (ok, bad int, err error) {
-	p, err := kafka.NewProducer(kafkaConfig(brokers, kafka.ConfigMap{
+	p, err := kafka.NewProducer(kafkaenv.Client(brokers, kafka.ConfigMap{
 		"enable.idempotence":   true,
 		"acks":                 "all",
 		"linger.ms":            5,
@@ -302,7 +310,7 @@ func produceReplays(ctx context.Context, brokers string, jobs []replayJob, timeo
 		"log.connection.close": false,
 	}))
 	if err != nil {
-		return 0, 0, err
+		return 0, 0, fmt.Errorf("kafka producer: %w", err)
 	}
 	defer p.Close()
 	go func() { // events not tied to a delivery channel: errors, logs
@@ -330,7 +338,7 @@ func produceReplays(ctx context.Context, brokers string, jobs []replayJob, timeo
 			if j != nil {
 				what = describeJob(j.from, j.msg)
 			}
-			fmt.Fprintf(out, "failed   %s: %s\n", what, printable(m.TopicPartition.Error.Error()))
+			fmt.Fprintf(out, "failed   %s: %s\n", what, term.Printable(m.TopicPartition.Error.Error()))
 		} else {
 			ok++
 		}
@@ -363,7 +371,7 @@ func produceReplays(ctx context.Context, brokers string, jobs []replayJob, timeo
 				continue
 			}
 			bad++
-			fmt.Fprintf(out, "failed   %s: %s\n", describeJob(jobs[i].from, jobs[i].msg), printable(perr.Error()))
+			fmt.Fprintf(out, "failed   %s: %s\n", describeJob(jobs[i].from, jobs[i].msg), term.Printable(perr.Error()))
 			progress(ok, bad)
 			break
 		}
@@ -374,112 +382,4 @@ func produceReplays(ctx context.Context, brokers string, jobs []replayJob, timeo
 		}
 	}
 	return ok, bad, nil
-}
-
-// replayBar is a one-line progress bar redrawn in place on a terminal.
-type replayBar struct {
-	w      io.Writer
-	lastAt time.Time
-	drawn  bool
-}
-
-func newReplayBar(w io.Writer) *replayBar { return &replayBar{w: w} }
-
-func (b *replayBar) set(done, total, replayed, refused, failed int) {
-	now := time.Now()
-	if done < total && now.Sub(b.lastAt) < 100*time.Millisecond {
-		return
-	}
-	b.lastAt = now
-	const width = 30
-	fill := width
-	if total > 0 {
-		fill = width * done / total
-	}
-	fmt.Fprintf(b.w, "\r[%s%s] %d/%d  replayed %d  refused %d  failed %d ",
-		strings.Repeat("#", fill), strings.Repeat(".", width-fill), done, total, replayed, refused, failed)
-	b.drawn = true
-}
-
-func (b *replayBar) finish() {
-	if b.drawn {
-		fmt.Fprintln(b.w)
-	}
-}
-
-func dlqIsTerminal(f *os.File) bool {
-	return isatty.IsTerminal(f.Fd()) || isatty.IsCygwinTerminal(f.Fd())
-}
-
-func dlqReplayCmd(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) error {
-	fs := newFlags("dlq replay", "dlq replay --topic T [--brokers B] [--code C] [--since T|D] [--offset-range a-b] [--partition P] [--max-replays N] [--yes] [--dry-run]",
-		"Re-produces the selected messages of a DLQ topic to their source topic\n"+
-			"(x-source-topic) and original partition (x-original-partition), with the\n"+
-			"original key, value and headers minus the x-dlq-*, x-original-*,\n"+
-			"x-source-topic, x-consumer-group and x-attempts headers, plus x-replay-count\n"+
-			"(previous + 1) and x-replayed-at. Idempotent producer, acks=all, every delivery\n"+
-			"confirmed. A message already replayed --max-replays times is refused (counted,\n"+
-			"not an error), and so is one without its value (x-dlq-value-omitted: too large\n"+
-			"for the DLQ), which would be a tombstone: its line says where the original is.\n"+
-			"Prints how many messages go from the DLQ to which topic and asks for\n"+
-			"confirmation on a terminal unless --yes is given; elsewhere --yes is required\n"+
-			"(not with --dry-run). Exit 1 when any delivery failed or the replay was not\n"+
-			"confirmed. Safe to repeat: the consumers are idempotent by MessageId.")
-	fs.SetOutput(stderr)
-	brokers := opBrokersFlag(fs)
-	topic := fs.String("topic", "", "DLQ topic (required), e.g. pin.crm.selections-dlq.v1")
-	ff := addDLQFilterFlags(fs)
-	dryRun := fs.Bool("dry-run", false, "print what would be replayed; produce nothing")
-	yes := fs.Bool("yes", false, "do not ask for confirmation")
-	maxReplays := fs.Int("max-replays", 3, "refuse a message whose x-replay-count is already this or more")
-	timeout := fs.Duration("timeout", time.Minute, "how long to wait for every delivery to be confirmed")
-	if _, err := parseArgs(fs, args, 0, 0); err != nil {
-		return err
-	}
-	if err := opRequireFlag(fs, "brokers", *brokers); err != nil {
-		return err
-	}
-	if err := opRequireFlag(fs, "topic", *topic); err != nil {
-		return err
-	}
-	if *maxReplays < 1 {
-		return usageError("--max-replays: must be ≥ 1")
-	}
-	if *timeout <= 0 {
-		return usageError("--timeout: must be positive")
-	}
-	f, err := ff.filter(time.Now())
-	if err != nil {
-		return err
-	}
-	o := dlqReplayOptions{Brokers: *brokers, Topic: *topic, Filter: f, DryRun: *dryRun, MaxReplays: *maxReplays, Timeout: *timeout}
-	if !*dryRun {
-		ask, err := confirmation("dlq replay", *yes, stdin, stdout)
-		if err != nil {
-			return err
-		}
-		if ask != nil {
-			o.Confirm = func() (bool, error) { return ask("produce these messages to their source topic?") }
-		}
-	}
-	if err := checkKafka(ctx, *brokers); err != nil {
-		return err
-	}
-	var bar *replayBar
-	if f, ok := stderr.(*os.File); ok && !*dryRun && dlqIsTerminal(f) {
-		bar = newReplayBar(stderr)
-	}
-	c, err := replayDLQ(ctx, o, stdout, bar)
-	if *dryRun {
-		fmt.Fprintf(stdout, "dry run: selected %d, would replay %d, refused %d, failed %d\n", c.Selected, c.Replayed, c.Refused, c.Failed)
-	} else {
-		fmt.Fprintln(stdout, c)
-	}
-	if err != nil {
-		return err
-	}
-	if c.Failed > 0 {
-		return fmt.Errorf("dlq replay: %d message(s) failed", c.Failed)
-	}
-	return nil
 }

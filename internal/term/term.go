@@ -1,38 +1,53 @@
-package main
+// Package term is what pinctl shows on a terminal: text that came from a
+// message, made safe to print (Printable, PrintableJSON); the one check of
+// whether a file is a terminal (IsTerminal); and the one progress bar
+// (Progress).
+package term
 
 import (
-	"bufio"
-	"errors"
 	"fmt"
-	"io"
-	"os"
 	"strconv"
 	"strings"
 	"unicode/utf16"
 	"unicode/utf8"
+
+	"github.com/mattn/go-isatty"
 )
 
-// printable is s as it may be shown on a terminal: unchanged when it is
+// IsTerminal reports whether f is open on a terminal: f is an *os.File (or
+// anything else with a file descriptor) whose descriptor is a terminal,
+// Cygwin's and MSYS's pseudo-terminals included. Anything else — a pipe, a
+// regular file, /dev/null, a bytes.Buffer, nil — is not.
+func IsTerminal(f any) bool {
+	fd, ok := f.(interface{ Fd() uintptr })
+	if !ok {
+		return false
+	}
+	return isatty.IsTerminal(fd.Fd()) || isatty.IsCygwinTerminal(fd.Fd())
+}
+
+// Printable is s as it may be shown on a terminal: unchanged when it is
 // valid UTF-8 made of printable characters only (strconv.IsPrint: letters,
 // marks, numbers, punctuation, symbols and the ASCII space), else quoted and
 // escaped as a Go string literal (strconv.Quote). No control character
 // (ESC, CR, LF, NUL, DEL, the C1 set), format character (a bidi override)
 // or invalid byte of s reaches the terminal, so a message cannot move the
 // cursor, clear the screen or start a line of its own.
-func printable(s string) string {
+func Printable(s string) string {
 	if utf8.ValidString(s) && !strings.ContainsFunc(s, func(r rune) bool { return !strconv.IsPrint(r) }) {
 		return s
 	}
 	return strconv.Quote(s)
 }
 
-// printableJSON rewrites JSON text that encoding/json produced (valid
+// PrintableJSON rewrites JSON text that encoding/json produced (valid
 // UTF-8, its strings' C0 controls escaped, no whitespace but the newline
 // Encoder.Encode ends it with) so that, the newlines aside, every
 // character strconv.IsPrint rejects is a \u escape: encoding/json leaves
 // DEL, the C1 controls and format characters (a bidi override) raw, which
-// can only be in strings. The JSON means the same.
-func printableJSON(b []byte) []byte {
+// can only be in strings. The JSON means the same. b is returned as it is
+// when nothing needs escaping.
+func PrintableJSON(b []byte) []byte {
 	var out []byte
 	for i := 0; i < len(b); {
 		r, size := utf8.DecodeRune(b[i:])
@@ -59,29 +74,4 @@ func printableJSON(b []byte) []byte {
 		return b
 	}
 	return out
-}
-
-// confirmation is how a command that changes something (group reset, dlq
-// replay) gets the operator's go-ahead once it has printed what it will do.
-// With --yes (yes) nothing is asked: ask is nil. When stdin is a terminal,
-// ask prints the question and [y/N] on out and reads the answer from
-// stdin: true for y or yes. Otherwise (a script, a pipe) it is a usage
-// error naming --yes: a script must say so.
-func confirmation(command string, yes bool, stdin io.Reader, out io.Writer) (ask func(question string) (bool, error), err error) {
-	if yes {
-		return nil, nil
-	}
-	f, isFile := stdin.(*os.File)
-	if !isFile || !dlqIsTerminal(f) {
-		return nil, usageError(command + ": stdin is not a terminal: pass --yes to confirm")
-	}
-	return func(question string) (bool, error) {
-		fmt.Fprintf(out, "%s [y/N] ", question)
-		line, err := bufio.NewReader(stdin).ReadString('\n')
-		if err != nil && !errors.Is(err, io.EOF) {
-			return false, err
-		}
-		a := strings.ToLower(strings.TrimSpace(line))
-		return a == "y" || a == "yes", nil
-	}, nil
 }

@@ -1,4 +1,4 @@
-package main
+package bench
 
 import (
 	"context"
@@ -12,6 +12,9 @@ import (
 
 	"github.com/pin-platform/pin/consumers/consumer"
 	"github.com/pin-platform/pin/consumers/demo"
+	"github.com/pin-platform/pin/internal/devenv"
+	"github.com/pin-platform/pin/internal/kafkaenv"
+	"github.com/pin-platform/pin/internal/term"
 )
 
 // brokerOnly is the broker limit: a consumer with the runtime's
@@ -37,7 +40,7 @@ func brokerOnly(ctx context.Context, brokers, group, topic string, n int, overri
 	if err != nil {
 		return r, err
 	}
-	defer opCloseConsumer(c)
+	defer kafkaenv.CloseConsumer(c)
 	err = c.Subscribe(topic, func(c *kafka.Consumer, ev kafka.Event) error {
 		switch e := ev.(type) {
 		case kafka.AssignedPartitions:
@@ -96,7 +99,7 @@ type offsetWatcher struct {
 }
 
 func newOffsetWatcher(brokers, group, topic string, partitions int) (*offsetWatcher, error) {
-	c, err := kafka.NewConsumer(kafkaConfig(brokers, kafka.ConfigMap{"group.id": group, "enable.auto.commit": false}))
+	c, err := kafka.NewConsumer(kafkaenv.Client(brokers, kafka.ConfigMap{"group.id": group, "enable.auto.commit": false}))
 	if err != nil {
 		return nil, err
 	}
@@ -140,7 +143,7 @@ func (w *offsetWatcher) high(topic string) ([]int64, error) {
 	return out, nil
 }
 
-func (w *offsetWatcher) close() { opCloseConsumer(w.c) }
+func (w *offsetWatcher) close() { kafkaenv.CloseConsumer(w.c) }
 
 func sum(xs []int64) int64 {
 	var s int64
@@ -265,7 +268,7 @@ func pacedProduce(ctx context.Context, brokers string, next func() demo.Event, c
 	for i := range events {
 		events[i] = next()
 	}
-	p, err := newLoadProducer(brokers, 5)
+	p, err := devenv.NewLoadProducer(brokers, 5)
 	if err != nil {
 		return nil, err
 	}
@@ -387,7 +390,7 @@ type feeder struct {
 }
 
 func newFeeder(brokers string, partitions int) (*feeder, error) {
-	p, err := newLoadProducer(brokers, 5)
+	p, err := devenv.NewLoadProducer(brokers, 5)
 	if err != nil {
 		return nil, err
 	}
@@ -492,7 +495,7 @@ func (f *feeder) room(committed []int64) bool {
 
 // fill pre-produces up to n events, stopping when a partition would exceed
 // the budget; it returns how many were produced.
-func (f *feeder) fill(ctx context.Context, next func() demo.Event, n int, bar *progress) (int, error) {
+func (f *feeder) fill(ctx context.Context, next func() demo.Event, n int, bar *term.Progress) (int, error) {
 	for {
 		produced, _ := f.state()
 		if produced >= n || !f.room(nil) {
@@ -502,6 +505,6 @@ func (f *feeder) fill(ctx context.Context, next func() demo.Event, n int, bar *p
 			return produced, err
 		}
 		produced, _ = f.state()
-		bar.set(produced)
+		bar.Set(produced)
 	}
 }

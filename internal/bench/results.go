@@ -1,0 +1,264 @@
+package bench
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"math"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Record is one invocation's results, as written to the JSON file.
+type Record struct {
+	Started       time.Time          `json:"started"`
+	Commit        string             `json:"commit"` // git HEAD, "+dirty" when consumers/ or cmd/ have changes
+	Events        int                `json:"events"`
+	Chats         int                `json:"messenger_chats"`
+	Leads         int                `json:"crm_leads"`
+	Seed          uint64             `json:"seed"`
+	PacedSeconds  float64            `json:"paced_seconds"`
+	Knobs         map[string]string  `json:"knobs"`
+	Host          benchHost          `json:"host"`
+	Consumers     []*serviceResult   `json:"consumers"`
+	TargetsSource string             `json:"targets"`
+	Targets       map[string]float64 `json:"target_values"`
+}
+
+type benchHost struct {
+	Cores    int    `json:"cores"`
+	MemMiB   int64  `json:"mem_mib"`
+	Go       string `json:"go"`
+	Postgres string `json:"postgres"`
+	Durable  string `json:"durability"`
+	Load1    string `json:"load_avg_at_start"`
+}
+
+// serviceResult is everything measured for one consumer.
+type serviceResult struct {
+	Service        string       `json:"service"`
+	Topic          string       `json:"topic"`
+	Partitions     int          `json:"partitions"`
+	Events         int          `json:"events"`
+	ProduceEPS     float64      `json:"produce_events_per_s"`
+	PreProduced    int          `json:"pre_produced"` // the rest was produced during the max run, ahead of the consumer
+	BrokerOnly     rateResult   `json:"broker_only"`
+	Consumer       consumerRun  `json:"consumer"`
+	Paced          pacedRun     `json:"paced"`
+	RSSPeakMiB     float64      `json:"rss_peak_mib"`
+	StatementCache stmtCacheUse `json:"statement_cache"` // over both runs
+	ExitCode       int          `json:"exit_code"`
+	Ratios         struct {
+		ToBroker float64 `json:"to_broker_only"`
+	} `json:"ratios"`
+	Targets []targetCheck `json:"targets"`
+}
+
+// stmtCacheUse is what the consumer's statement cache did
+// (pin_consumer_db_statement_cache_total).
+type stmtCacheUse struct {
+	Hits    float64 `json:"hits"`
+	Misses  float64 `json:"misses"` // statements prepared
+	First   float64 `json:"first"`  // run unprepared: the first time their connection saw them
+	Evicted float64 `json:"evicted"`
+}
+
+type rateResult struct {
+	Events      int     `json:"events"`
+	EPS         float64 `json:"events_per_s"` // N / (start → last offset committed)
+	Seconds     float64 `json:"seconds"`
+	JoinSeconds float64 `json:"join_seconds"`                  // start → partitions assigned
+	AssignedEPS float64 `json:"events_per_s_after_assignment"` // N / (assigned → last offset committed)
+}
+
+type consumerRun struct {
+	rateResult
+	// JoinEstimated: the consumer logged no "partitions assigned" line
+	// (LOG_LEVEL above info); the broker-only loop's join time stands in.
+	JoinEstimated bool    `json:"join_estimated,omitempty"`
+	StartupS      float64 `json:"startup_seconds"`     // start → first event committed in the database
+	SteadyEPS     float64 `json:"steady_events_per_s"` // first → last database commit (log lines)
+	WallUsPer     float64 `json:"wall_us_per_event"`   // 1e6 / EPS
+	CPUUsPer      float64 `json:"consumer_cpu_us_per_event"`
+	PGUsPer       float64 `json:"postgres_cpu_us_per_event"`
+	CPU           cpuUse  `json:"cpu"`
+	RSSMiB        float64 `json:"rss_peak_mib_after_max_run"`
+	// MinBacklog is the fewest produced-but-uncommitted messages seen while
+	// events were still being produced (-1: all were pre-produced).
+	MinBacklog int64 `json:"min_backlog_while_feeding"`
+	// From the consumer's /metrics after the max run.
+	BatchedEvents float64 `json:"batched_events"`           // events committed through the batch path (a lone message of a service with Prepare included)
+	Batches       float64 `json:"batches"`                  // such transactions
+	MeanBatch     float64 `json:"mean_batch_size"`          // batched_events / batches
+	OffsetCommits float64 `json:"offset_commits,omitempty"` // the runtime's commits right after a store that Kafka took (pin_consumer_offset_commits_total{trigger="stored",result="committed"}); absent before 2026-12-01
+	GoSysMiB      float64 `json:"go_sys_mib"`               // memory the Go runtime holds
+	GoHeapMiB     float64 `json:"go_heap_inuse_mib"`        // of which heap in use
+	RSSNowMiB     float64 `json:"rss_mib"`                  // process RSS at that moment
+	// Over the max and paced runs together:
+	Outcomes map[string]int `json:"outcomes"`
+	DLQ      int64          `json:"dead_lettered"`
+	Parked   int            `json:"parked"`
+	Warnings map[string]int `json:"log_warnings"`
+}
+
+type pacedRun struct {
+	TargetEPS float64 `json:"target_events_per_s"`
+	FixedRate bool    `json:"fixed_rate,omitempty"` // --paced-rate, not half the measured rate
+	ActualEPS float64 `json:"produced_events_per_s"`
+	Events    int     `json:"events"`
+	CPU       *cpuUse `json:"cpu,omitempty"` // first produce → last offset commit (absent before 2026-11-30 evening)
+	// CPU seconds per paced event over the same span, and the paced
+	// run's transactions (pin_consumer_batch_size), to set against the
+	// max run's: a half load in small transactions costs more per event.
+	// Absent before 2026-12-01.
+	ConsumerUsPer float64 `json:"consumer_cpu_us_per_event,omitempty"`
+	PGUsPer       float64 `json:"postgres_cpu_us_per_event,omitempty"`
+	Batches       float64 `json:"batches,omitempty"`
+	MeanBatch     float64 `json:"mean_batch_size,omitempty"`
+	OffsetCommits float64 `json:"offset_commits,omitempty"`
+	// produce → the event's database commit: the time of the consumer's
+	// outcome log line, written right after the commit.
+	DBp50ms float64 `json:"db_commit_p50_ms"`
+	DBp99ms float64 `json:"db_commit_p99_ms"`
+	DBmaxms float64 `json:"db_commit_max_ms"`
+	DBn     int     `json:"db_commit_samples"`
+	// The p99 of produce → database commit of the messages produced in
+	// each whole second of the run (a last, partial second left out): a
+	// run's p99 made by one stall shows as one bad second, a machine
+	// too busy throughout as many. Absent before 2026-12-01.
+	// A second none of whose messages has an outcome line is null.
+	DBp99BySecondMs []*float64 `json:"db_commit_p99_by_second_ms,omitempty"`
+	// produce → the offset committed to Kafka: the first poll (every 5 ms)
+	// that saw the group's committed offset past the message.
+	Offp50ms float64 `json:"offset_commit_p50_ms"`
+	Offp99ms float64 `json:"offset_commit_p99_ms"`
+	Offmaxms float64 `json:"offset_commit_max_ms"`
+	Offn     int     `json:"offset_commit_samples"`
+}
+
+type targetCheck struct {
+	Name   string `json:"name"`
+	Value  string `json:"value"`
+	Target string `json:"target"`
+	Met    bool   `json:"met"`
+	NA     bool   `json:"not_measured,omitempty"` // e.g. no outcome log lines with LOG_LEVEL above info
+	// Why says what a missed target would take, where the run tells.
+	Why string `json:"why,omitempty"`
+}
+
+// evaluate computes the ratios and checks the targets.
+func (r *serviceResult) evaluate() {
+	c := r.Consumer.AssignedEPS
+	if v := r.BrokerOnly.AssignedEPS; v > 0 {
+		r.Ratios.ToBroker = c / v
+	}
+	p99 := float64(targetP99.Milliseconds())
+	r.Targets = []targetCheck{
+		{Name: "events/s ÷ broker-only events/s", Value: fmt.Sprintf("%.1f %%", 100*r.Ratios.ToBroker), Target: fmt.Sprintf("≥ %g %%", 100*targetBrokerRatio), Met: r.Ratios.ToBroker >= targetBrokerRatio},
+		{Name: targetPacedDB, Value: fmtMs(r.Paced.DBp99ms), Target: fmt.Sprintf("≤ %g ms", p99), Met: r.Paced.DBp99ms <= p99, NA: r.Paced.DBn == 0},
+		{Name: "paced p99 produce → offset commit", Value: fmtMs(r.Paced.Offp99ms), Target: fmt.Sprintf("≤ %g ms", p99), Met: r.Paced.Offp99ms <= p99},
+		{Name: "peak RSS", Value: fmt.Sprintf("%.1f MiB", r.RSSPeakMiB), Target: fmt.Sprintf("≤ %d MiB", targetRSS>>20), Met: r.RSSPeakMiB > 0 && r.RSSPeakMiB <= targetRSS>>20},
+	}
+	if t := &r.Targets[0]; !t.Met {
+		t.Why = brokerShareNeeds(r.BrokerOnly.AssignedEPS, r.Consumer.CPUUsPer, r.Consumer.PGUsPer, r.Consumer.CPU.Cores)
+	}
+}
+
+// brokerShareNeeds says how many cores the broker-only target would take
+// at the CPU per event the consumer and PostgreSQL spent in the max run:
+// when that is more than the machine has, no code on the consumer's side
+// of the measure meets it here.
+func brokerShareNeeds(brokerEPS, consumerUs, pgUs float64, cores int) string {
+	if brokerEPS <= 0 || consumerUs+pgUs <= 0 || cores <= 0 {
+		return ""
+	}
+	eps := targetBrokerRatio * brokerEPS
+	need := eps * (consumerUs + pgUs) / 1e6
+	why := fmt.Sprintf("%s ev/s at this run's %.0f + %.0f µs of consumer + PostgreSQL CPU per event need %.1f cores, of %d",
+		thousands(eps), consumerUs, pgUs, need, cores)
+	if pgNeed := eps * pgUs / 1e6; pgNeed > float64(cores) {
+		why += fmt.Sprintf(" (PostgreSQL's share alone %.1f)", pgNeed)
+	}
+	return why
+}
+
+// gitCommit names the code measured: HEAD, and "+dirty" when the consumers
+// or the commands differ from it ("" outside a git checkout).
+func gitCommit() string {
+	out, err := exec.Command("git", "rev-parse", "--short", "HEAD").Output()
+	if err != nil {
+		return ""
+	}
+	c := strings.TrimSpace(string(out))
+	if st, err := exec.Command("git", "status", "--porcelain", "--", "consumers", "cmd").Output(); err == nil && len(bytes.TrimSpace(st)) > 0 {
+		c += "+dirty"
+	}
+	return c
+}
+
+func hostInfo() benchHost {
+	h := benchHost{Cores: runtime.NumCPU(), Go: runtime.Version()}
+	if b, err := os.ReadFile("/proc/meminfo"); err == nil {
+		line, _, _ := strings.Cut(string(b), "\n")
+		if fs := strings.Fields(line); len(fs) >= 2 {
+			kb, _ := strconv.ParseInt(fs[1], 10, 64)
+			h.MemMiB = kb >> 10
+		}
+	}
+	if b, err := os.ReadFile("/proc/loadavg"); err == nil {
+		h.Load1 = strings.Join(strings.Fields(string(b))[:3], " ")
+	}
+	return h
+}
+
+// writeBenchResults adds run to dir/<date>.json (a list of runs).
+func writeBenchResults(dir string, run *Record) (string, error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", err
+	}
+	path := filepath.Join(dir, run.Started.Format("2006-01-02")+".json")
+	var file struct {
+		Date string          `json:"date"`
+		Runs json.RawMessage `json:"runs"`
+	}
+	var runs []json.RawMessage
+	if b, err := os.ReadFile(path); err == nil {
+		if err := json.Unmarshal(b, &file); err != nil {
+			return "", fmt.Errorf("%s: %w", path, err)
+		}
+		if err := json.Unmarshal(file.Runs, &runs); err != nil {
+			return "", fmt.Errorf("%s: %w", path, err)
+		}
+	}
+	one, err := json.Marshal(sanitize(run))
+	if err != nil {
+		return "", err
+	}
+	runs = append(runs, one)
+	file.Date = run.Started.Format("2006-01-02")
+	if file.Runs, err = json.Marshal(runs); err != nil {
+		return "", err
+	}
+	out, err := json.MarshalIndent(file, "", "  ")
+	if err != nil {
+		return "", err
+	}
+	return path, os.WriteFile(path, append(out, '\n'), 0o644)
+}
+
+// sanitize replaces NaN (no sample) with -1: JSON has no NaN.
+func sanitize(run *Record) *Record {
+	for _, c := range run.Consumers {
+		for _, f := range []*float64{&c.Paced.DBp50ms, &c.Paced.DBp99ms, &c.Paced.DBmaxms, &c.Paced.Offp50ms, &c.Paced.Offp99ms, &c.Paced.Offmaxms} {
+			if math.IsNaN(*f) {
+				*f = -1
+			}
+		}
+	}
+	return run
+}
