@@ -11,11 +11,15 @@
 //
 //   - payload.go: the event's payload, its validation, the Action enum and
 //     the title cut (256 runes, never bytes);
-//   - lead.go: the lead aggregate: resolving the pair's Active lead and
-//     appendEvent, the one write path of the feed (CRM-1, tenant from
-//     the lead, last_event_at only forward, optimistic row_version, the
-//     source_message_id idempotency layer);
+//   - view.go: Prepare, which resolves and locks the Active leads of a
+//     transaction's pairs and looks for its messages in the feed (the
+//     source_message_id idempotency layer): the view the handler decides
+//     on;
 //   - handler.go: the handler, outcomes and log fields;
+//   - writer.go: the lead aggregate's one write path, set-based before
+//     the commit: the leads' update (CRM-1, last_event_at only forward,
+//     row_version conditioned on the one read) and the feed entries (the
+//     tenant from the lead);
 //   - events.go: the in-process LeadEventAdded domain event and its
 //     Publisher;
 //   - metrics.go: the metric names of the spec and the service's own
@@ -25,10 +29,10 @@
 // Delivery: a message is processed at least once and applied exactly once.
 // Two layers guard against duplicates: the runtime's processed_messages key
 // crm:selection-shared:{MessageId}, and the partial unique index
-// ux_lead_events_source_message_id, hit with INSERT … ON CONFLICT DO NOTHING
-// so that a conflict is a no-op (skipped-duplicate) that leaves the
-// transaction usable. An event whose lead does not exist yet is parked by the
-// runtime (retry-later) and re-driven 30 s, 1, 2, 4, 8 and 16 min later
-// without holding its partition: the feed is append-only and idempotent, so
-// it may apply out of line.
+// ux_lead_events_source_message_id, which Prepare reads (skipped-duplicate)
+// and which refuses an entry another processor wrote meanwhile (a lost
+// race: the transaction runs again and finds it). An event whose lead does
+// not exist yet is parked by the runtime (retry-later) and re-driven 30 s,
+// 1, 2, 4, 8 and 16 min later without holding its partition: the feed is
+// append-only and idempotent, so it may apply out of line.
 package crm

@@ -18,10 +18,16 @@ type handler struct {
 	now func() time.Time
 }
 
-// handle appends one selection event to its lead's feed. It returns
+// handle appends one selection event to its lead's feed: it decides on the
+// view Prepare read (view.go) and queues the append, which the
+// transaction's writer makes before the commit (writer.go). It returns
 // Attached or Viewed, SkippedDuplicate when the feed holds the message's
 // entry already, or an error of one of the spec's codes.
-func (h *handler) handle(ctx context.Context, tx *ent.Tx, m *consumer.Message) (consumer.Outcome, error) {
+func (h *handler) handle(ctx context.Context, _ *ent.Tx, m *consumer.Message) (consumer.Outcome, error) {
+	v, err := viewOf(ctx)
+	if err != nil {
+		return "", err
+	}
 	log := zerolog.Ctx(ctx)
 	// The runtime logs "consumed"; every later line of the message (its
 	// outcome, parked, dead-lettered) carries these fields.
@@ -38,23 +44,14 @@ func (h *handler) handle(ctx context.Context, tx *ent.Tx, m *consumer.Message) (
 
 	// The feed's own idempotency layer (source_message_id) first: an event
 	// applied already is a duplicate whatever its lead became since.
-	b := batchOf(ctx)
-	var dupOf uuid.UUID // the lead whose feed has the message's entry
-	if b != nil {
-		dupOf = b.inFeed[m.MessageID] // prepare looked for the whole batch
-	} else if dupOf, err = inFeed(ctx, tx, m.MessageID); err != nil {
-		return "", err
-	}
-	if dupOf != uuid.Nil {
+	if dupOf := v.inFeed[m.MessageID]; dupOf != uuid.Nil {
 		leadID := dupOf.String()
 		consumer.LogFields(ctx, func(e *zerolog.Event) { e.Str("LeadId", leadID).Str("duplicate", "source_message_id") })
 		return SkippedDuplicate, nil
 	}
 
-	l, err := resolveActiveLead(ctx, tx, ev.AgentUserID, ev.InvestorUserID)
-	if err != nil {
-		return "", err
-	}
+	// The pair's Active lead, as Prepare resolved and locked it.
+	l := v.leads[pair{ev.AgentUserID, ev.InvestorUserID}]
 	if l == nil {
 		return "", h.leadNotFound(ctx, p, CodeLeadNotFound.Errorf("no Active lead for agent %s and investor %s", ev.AgentUserID, ev.InvestorUserID))
 	}
@@ -68,15 +65,7 @@ func (h *handler) handle(ctx context.Context, tx *ent.Tx, m *consumer.Message) (
 		SourceMessageID: m.MessageID,
 		Payload:         ev.FeedPayload(),
 	}
-	var id uuid.UUID
-	if b != nil && preparedLead(ctx, ev.AgentUserID, ev.InvestorUserID) == l {
-		id, err = b.append(l, entry, h.now()) // written at the end of the batch
-	} else {
-		id, err = appendEvent(ctx, tx, l, entry, h.now())
-	}
-	if c, ok := consumer.CodeOf(err); ok && c.Name == CodeLeadNotFound.Name {
-		return "", h.leadNotFound(ctx, p, err) // the lead vanished between read and write
-	}
+	id, err := v.append(l, entry, h.now(), m, func(err error) error { return h.leadNotFound(ctx, p, err) })
 	if err != nil {
 		return "", err
 	}

@@ -15,6 +15,7 @@ import (
 	"github.com/pin-platform/pin/consumers/consumer/consumertest"
 	"github.com/pin-platform/pin/consumers/kafkatest"
 	"github.com/pin-platform/pin/consumers/servicetest"
+	"github.com/pin-platform/pin/ent"
 )
 
 // harness is one test's world: a broker with the contract's topics (6
@@ -23,13 +24,13 @@ import (
 type harness struct {
 	*servicetest.Env
 	pub *recorder
-	// optimistic runs the consumer without its batch Prepare: every
-	// message takes the spec's optimistic path (read the lead, write
-	// conditioned on its row_version), which in production serves the
-	// messages replayed one at a time after a failed batch and the
-	// re-runs of failed ones. Tests that move the lead between the read
-	// and the write (testHookBeforeWrite) need it: in a prepared batch the
-	// lead is locked from its read to the write, so it cannot move.
+	// optimistic runs the consumer with Prepare's lead locks released as
+	// soon as it has read (releasingLocks): the lead may then move between
+	// its read and the write, which the writer's update, conditioned on
+	// the row_version read and on status Active, must catch (spec step
+	// 5). Tests that move the lead there (testHookBeforeWrite) need it: in
+	// production the lead stays locked from Prepare's read to the commit,
+	// so it cannot move.
 	optimistic bool
 }
 
@@ -46,7 +47,7 @@ func (h *harness) start(scale float64, group string) *consumertest.Running {
 	build := func(reg prometheus.Registerer) consumer.Service {
 		svc := Options{Publisher: h.pub.publish}.New(reg)
 		if h.optimistic {
-			svc.Prepare = nil
+			svc.Prepare = releasingLocks(svc.Prepare)
 		}
 		if group != "" {
 			svc.Group = group
@@ -60,6 +61,22 @@ func (h *harness) start(scale float64, group string) *consumertest.Running {
 		}
 	})
 	return h.StartService(build, consumertest.Options{RetryTimeScale: scale})
+}
+
+// releasingLocks runs prepare in a savepoint that it rolls back at once:
+// the view prepare returns keeps what it read, and the row locks it took
+// are released.
+func releasingLocks(prepare func(context.Context, *ent.Tx, []*consumer.Message) (context.Context, error)) func(context.Context, *ent.Tx, []*consumer.Message) (context.Context, error) {
+	return func(ctx context.Context, tx *ent.Tx, msgs []*consumer.Message) (context.Context, error) {
+		if _, err := tx.ExecContext(ctx, "SAVEPOINT crm_optimistic"); err != nil {
+			return nil, err
+		}
+		hctx, err := prepare(ctx, tx, msgs)
+		if _, rerr := tx.ExecContext(ctx, "ROLLBACK TO SAVEPOINT crm_optimistic; RELEASE SAVEPOINT crm_optimistic"); rerr != nil && err == nil {
+			err = rerr
+		}
+		return hctx, err
+	}
 }
 
 // testLead is a row of leads inserted by a test.

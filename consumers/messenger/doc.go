@@ -13,12 +13,13 @@
 //     skipped as stale, so redeliveries, replays and out-of-order
 //     deliveries converge to the newest snapshot delivered, and a lost
 //     delta changes nothing.
-//   - The chat row is the optimistic lock: the handler reads
-//     chats.row_version, and its first write is an update conditioned on
-//     it (which also moves it). A writer that lost the race gets
-//     MSG_CONCURRENT_UPDATE, re-runs in a fresh transaction (3 times) and
-//     re-reads; an older snapshot can therefore never overwrite a newer
-//     one, whichever commits first.
+//   - The chat row is the optimistic lock: Prepare reads chats.row_version
+//     (view.go), the handler decides on what it read, and the
+//     transaction's writer (writer.go) first claims the chat with an
+//     update conditioned on it (which also moves it). A writer that lost
+//     the race gets MSG_CONCURRENT_UPDATE, re-runs in a fresh transaction
+//     (3 times) and re-reads; an older snapshot can therefore never
+//     overwrite a newer one, whichever commits first.
 //   - A snapshot for a lead whose chat is not provisioned yet is parked by
 //     the runtime (MSG_CHAT_NOT_PROVISIONED, retry-later class) and
 //     re-driven on its backoff schedule without holding the partition:

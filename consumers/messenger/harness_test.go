@@ -326,12 +326,28 @@ func applyDirect(ctx context.Context, client *ent.Client, h *handler, x ev) (con
 	m := &consumer.Message{Envelope: consumer.Envelope{
 		MessageID: x.ID, EventType: EventType, ContractVersion: 1, Payload: must(json.Marshal(x.payload())),
 	}, Topic: Topic}
-	out, err := h.handle(ctx, tx, m)
+	out, err := handleInTx(ctx, tx, h, m)
 	if err != nil {
 		_ = tx.Rollback()
 		return "", err
 	}
 	return out, tx.Commit()
+}
+
+// handleInTx runs m in tx the way the runtime runs a transaction of one
+// message, the mark aside: Prepare's read, the handler on its view, then
+// the writer. It neither commits nor rolls back.
+func handleInTx(ctx context.Context, tx *ent.Tx, h *handler, m *consumer.Message) (consumer.Outcome, error) {
+	v, err := read(ctx, tx, []*consumer.Message{m})
+	if err != nil {
+		return "", err
+	}
+	ctx = withView(ctx, v)
+	out, err := h.handle(ctx, tx, m)
+	if err != nil {
+		return "", err
+	}
+	return out, v.flush(ctx)
 }
 
 // tenant is the TenantId of every test event (the consumer ignores it).

@@ -95,7 +95,7 @@ func TestChatUpdatesNotificationAfterCommit(t *testing.T) {
 		x := newEv(lost, 1, member{a, RoleExecutor})
 		m := &consumer.Message{Envelope: consumer.Envelope{MessageID: x.ID, EventType: EventType, ContractVersion: 1,
 			Payload: must(jsonRaw(x.payload()))}}
-		if out, err := h.handle(ctx, tx, m); err != nil || out != Synced {
+		if out, err := handleInTx(ctx, tx, h, m); err != nil || out != Synced { // the writer queued the notification
 			t.Fatalf("handle: %v, %v", out, err)
 		}
 		if err := tx.Rollback(); err != nil {

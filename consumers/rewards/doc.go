@@ -14,10 +14,14 @@
 //   - decide.go: Decide, the pure transition function (row × event →
 //     action): the version guard BND-1, terminality BND-4, orphans,
 //     the ReferredUserId check;
-//   - handler.go: the two handlers, which read the row FOR UPDATE, apply the
-//     action and insert with ON CONFLICT DO NOTHING so that the single-active
-//     rule BND-3 (the partial unique index) is detected without aborting
-//     the transaction. Rows are never deleted (BND-2);
+//   - view.go: Prepare, which reads and locks (FOR UPDATE, in id order,
+//     one statement) the rows of a transaction's bonds and the Active
+//     bonds of their referred users: the view the handlers decide on;
+//   - handler.go: the two handlers, which Decide on the bond's row in the
+//     view and check the single-active rule BND-3 (the partial unique
+//     index) against it, then queue the write;
+//   - writer.go: the transaction's writes, set-based before the commit:
+//     one UPDATE, then one INSERT. Rows are never deleted (BND-2);
 //   - metrics.go: the spec's metric names and the lag source max(synced_at);
 //   - bonds.go: ActiveBond, the read API of accrual code;
 //   - service.go: New, the consumer.Service (topic, group, DLQ, codes,

@@ -2,10 +2,13 @@ package rewards
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
 	"testing"
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/lib/pq"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/pin-platform/pin/consumers/consumer"
@@ -124,9 +127,29 @@ func TestViolationsAreDeadLetteredWithTheirCode(t *testing.T) {
 	e.checkNoSecrets()
 }
 
-// The single-active conflict is detected without aborting the transaction:
-// the handler's error leaves tx usable (what the runtime's batches rely on:
-// several messages share one transaction).
+func setContractVersion(t *testing.T, ev *event, v int) {
+	t.Helper()
+	var m map[string]any
+	if err := json.Unmarshal(ev.value, &m); err != nil {
+		t.Fatal(err)
+	}
+	m["ContractVersion"] = v
+	ev.value, _ = json.Marshal(m)
+}
+
+func dropCreatedAt(t *testing.T, ev *event) {
+	t.Helper()
+	var m map[string]any
+	if err := json.Unmarshal(ev.value, &m); err != nil {
+		t.Fatal(err)
+	}
+	delete(m, "CreatedAt")
+	ev.value, _ = json.Marshal(m)
+}
+
+// The single-active conflict is detected on the view Prepare read, before
+// any statement: the handler's refusal leaves the transaction, and the
+// view, as they were, and the messages after it decide on them.
 func TestActiveConflictLeavesTransactionUsable(t *testing.T) {
 	t.Parallel()
 	client, _, _ := pgtest.NewClient(t)
@@ -134,26 +157,37 @@ func TestActiveConflictLeavesTransactionUsable(t *testing.T) {
 	user := uuid.New()
 	a, b := newBond(user), newBond(user)
 	h := &handler{m: newMetrics(prometheus.NewRegistry())}
+	msgs := []*consumer.Message{
+		message(t, created(a, 1, baseTime)), message(t, created(b, 1, baseTime)),
+		message(t, replaced(a, b, 2, baseTime)), message(t, created(b, 1, baseTime)),
+	}
 
 	tx, err := client.Tx(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer func() { _ = tx.Rollback() }()
-	if out, err := h.bondCreated(ctx, tx, message(t, created(a, 1, baseTime))); err != nil || out != OutcomeCreated {
+	ctx, v, err := prepared(ctx, tx, msgs...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out, err := h.bondCreated(ctx, tx, msgs[0]); err != nil || out != OutcomeCreated {
 		t.Fatalf("first created: %q, %v", out, err)
 	}
-	_, err = h.bondCreated(ctx, tx, message(t, created(b, 1, baseTime)))
+	_, err = h.bondCreated(ctx, tx, msgs[1])
 	if code, ok := consumer.CodeOf(err); !ok || code.Name != CodeActiveConflict.Name {
 		t.Fatalf("second Active bond: %v, want %s", err, CodeActiveConflict.Name)
 	}
 	// The transaction still works: the old bond's closed and the new bond's
 	// created apply in it.
-	if out, err := h.bondClosed(ctx, tx, message(t, replaced(a, b, 2, baseTime))); err != nil || out != OutcomeClosed {
+	if out, err := h.bondClosed(ctx, tx, msgs[2]); err != nil || out != OutcomeClosed {
 		t.Fatalf("closed after the conflict: %q, %v", out, err)
 	}
-	if out, err := h.bondCreated(ctx, tx, message(t, created(b, 1, baseTime))); err != nil || out != OutcomeCreated {
+	if out, err := h.bondCreated(ctx, tx, msgs[3]); err != nil || out != OutcomeCreated {
 		t.Fatalf("created after the close: %q, %v", out, err)
+	}
+	if err := v.flush(ctx); err != nil {
+		t.Fatalf("the writer: %v", err)
 	}
 	if err := tx.Commit(); err != nil {
 		t.Fatalf("commit: %v", err)
@@ -167,8 +201,9 @@ func TestActiveConflictLeavesTransactionUsable(t *testing.T) {
 
 // Two processors of the same bond-created (a rebalance overlap): the second
 // does not see the first's uncommitted row, its insert waits for the first
-// transaction and then inserts nothing; the handler decides again on the
-// now-visible row (skipped-stale) instead of reporting a conflict.
+// transaction and then fails on the primary key — a lost race, which the
+// runtime runs again at once. Prepare then reads the now-visible row and the
+// handler decides on it (skipped-stale) instead of reporting a conflict.
 func TestConcurrentCreateOfSameBondIsDecidedAgain(t *testing.T) {
 	t.Parallel()
 	client, db, _ := pgtest.NewClient(t)
@@ -182,26 +217,35 @@ func TestConcurrentCreateOfSameBondIsDecidedAgain(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer func() { _ = first.Rollback() }()
-	if out, err := h.bondCreated(ctx, first, message(t, ev)); err != nil || out != OutcomeCreated {
+	if out, err := handleInTx(ctx, first, h.bondCreated, message(t, ev)); err != nil || out != OutcomeCreated {
 		t.Fatalf("first: %q, %v", out, err)
 	}
 	type result struct {
-		out consumer.Outcome
-		err error
+		out  consumer.Outcome
+		err  error
+		lost error // the first try's failure
 	}
 	done := make(chan result, 1)
 	go func() {
-		second, err := client.Tx(ctx)
-		if err != nil {
-			done <- result{"", err}
-			return
+		try := func() (consumer.Outcome, error) {
+			second, err := client.Tx(ctx)
+			if err != nil {
+				return "", err
+			}
+			defer func() { _ = second.Rollback() }()
+			out, err := handleInTx(ctx, second, h.bondCreated, message(t, ev))
+			if err == nil {
+				err = second.Commit()
+			}
+			return out, err
 		}
-		defer func() { _ = second.Rollback() }()
-		out, err := h.bondCreated(ctx, second, message(t, ev))
-		if err == nil {
-			err = second.Commit()
+		out, err := try()
+		var lost error
+		if pqErr := (*pq.Error)(nil); errors.As(err, &pqErr) && pqErr.Code == "23505" { // the runtime's lost race
+			lost = err
+			out, err = try()
 		}
-		done <- result{out, err}
+		done <- result{out, err, lost}
 	}()
 	// The second insert waits on the first transaction's row lock.
 	kafkatest.Eventually(t, 10*time.Second, func() bool {
@@ -214,8 +258,11 @@ func TestConcurrentCreateOfSameBondIsDecidedAgain(t *testing.T) {
 		t.Fatal(err)
 	}
 	r := <-done
+	if r.lost == nil {
+		t.Fatalf("second: the first try ended %q, %v; want a unique violation (a lost race)", r.out, r.err)
+	}
 	if r.err != nil || r.out != consumer.SkippedStale {
-		t.Fatalf("second: %q, %v; want skipped-stale", r.out, r.err)
+		t.Fatalf("second, run again: %q, %v; want skipped-stale", r.out, r.err)
 	}
 }
 

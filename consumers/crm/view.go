@@ -1,0 +1,142 @@
+package crm
+
+import (
+	"context"
+	"errors"
+
+	"entgo.io/ent/dialect/sql"
+	"github.com/google/uuid"
+	"github.com/lib/pq"
+
+	"github.com/pin-platform/pin/consumers/consumer"
+	"github.com/pin-platform/pin/ent"
+	"github.com/pin-platform/pin/ent/lead"
+	"github.com/pin-platform/pin/ent/leadevent"
+)
+
+// StatusActive is the only lead status that accepts feed entries
+// (CRM-1). The others are Expired and Archived.
+const StatusActive = "Active"
+
+// pair is a lead's resolution key: (executor agent, primary investor).
+type pair struct{ agent, investor uuid.UUID }
+
+// view is what Prepare read, and locked, for a transaction: the Active
+// leads of its messages' pairs and the messages the feed holds already;
+// with the appends its handlers queued (writer.go), which keep it in step.
+type view struct {
+	leads map[pair]*ent.Lead
+	// inFeed maps the MessageIds of the transaction that the feed has
+	// already (source_message_id), and those queued since, to their lead.
+	inFeed map[uuid.UUID]uuid.UUID
+	writes
+}
+
+type viewKey struct{}
+
+// prepare is the service's Prepare: it reads the transaction's view,
+// registers its writer (flush) to run before the commit and hands the view
+// to the handlers.
+func prepare(ctx context.Context, tx *ent.Tx, msgs []*consumer.Message) (context.Context, error) {
+	v, err := read(ctx, tx, msgs)
+	if err != nil {
+		return nil, err
+	}
+	if !consumer.BeforeCommit(ctx, v.flush) {
+		return nil, errors.New("crm: prepare ran outside a transaction of the runtime")
+	}
+	return withView(ctx, v), nil
+}
+
+// read resolves the Active leads of every (agent, investor) pair of msgs
+// with one statement and locks them FOR NO KEY UPDATE in id order (spec
+// step 4: the read waits for the transactions holding a lead's lock and
+// sees the lead as they left it), then looks for the messages' entries in
+// the feed, with one statement too.
+//
+// The events of one lead arrive on every partition (the key is the
+// SelectionId), and each appends to the feed and bumps the lead's
+// row_version. Without the up-front lock, the transactions of two
+// partitions would lock the same leads in different orders as they reach
+// them, and PostgreSQL would break the cycle after deadlock_timeout by
+// rolling one back; or, reading without a lock, lose the race to every
+// transaction that bumped the lead meanwhile. Locked in one order, they
+// wait for each other instead. NO KEY UPDATE is what the lead's own UPDATE
+// takes; it does not block the feed inserts' foreign-key checks (KEY
+// SHARE).
+//
+// A pair without an Active lead is not in the view: its handler reports
+// it. So is a message whose payload does not decode (read decodes the
+// handler's type, which the handler then reuses: it reports the same
+// error); with none left the view is empty.
+func read(ctx context.Context, tx *ent.Tx, msgs []*consumer.Message) (*view, error) {
+	seen := make(map[pair]bool, len(msgs))
+	var agents, investors []string
+	msgIDs := make([]uuid.UUID, 0, len(msgs))
+	for _, m := range msgs {
+		msgIDs = append(msgIDs, m.MessageID)
+		w, err := consumer.DecodePayload[wirePayload](m) // the handler's, decoded once
+		if err != nil || w.AgentUserID == nil || w.InvestorUserID == nil {
+			continue
+		}
+		a, err1 := uuid.Parse(*w.AgentUserID)
+		i, err2 := uuid.Parse(*w.InvestorUserID)
+		if err1 != nil || err2 != nil || seen[pair{a, i}] {
+			continue
+		}
+		seen[pair{a, i}] = true
+		agents, investors = append(agents, a.String()), append(investors, i.String())
+	}
+	v := &view{leads: map[pair]*ent.Lead{}, inFeed: map[uuid.UUID]uuid.UUID{}, writes: newWrites(tx)}
+	if len(agents) == 0 {
+		return v, nil
+	}
+	found, err := tx.Lead.Query().
+		Where(lead.Status(StatusActive), func(s *sql.Selector) {
+			s.Where(sql.P(func(b *sql.Builder) {
+				b.WriteByte('(').Ident(s.C(lead.FieldExecutorAgentUserID)).Comma().Ident(s.C(lead.FieldPrimaryInvestorUserID)).
+					WriteString(") IN (SELECT * FROM unnest(").Arg(pq.Array(agents)).WriteString("::uuid[], ").
+					Arg(pq.Array(investors)).WriteString("::uuid[]))")
+			}))
+		}).
+		Order(ent.Asc(lead.FieldID)).
+		Modify(func(s *sql.Selector) { s.For(sql.LockNoKeyUpdate) }).
+		All(ctx)
+	if err != nil {
+		return nil, err
+	}
+	for _, l := range found {
+		v.leads[pair{l.ExecutorAgentUserID, l.PrimaryInvestorUserID}] = l
+	}
+	// The feed's own idempotency layer (source_message_id), for every
+	// message at once: a message applied already is a duplicate whatever
+	// its lead has become since.
+	var have []struct {
+		Source uuid.UUID `json:"source_message_id"`
+		Lead   uuid.UUID `json:"lead_id"`
+	}
+	if err := tx.LeadEvent.Query().
+		Where(leadevent.SourceMessageIDIn(msgIDs...)).
+		Select(leadevent.FieldSourceMessageID, leadevent.FieldLeadID).
+		Scan(ctx, &have); err != nil {
+		return nil, err
+	}
+	for _, r := range have {
+		v.inFeed[r.Source] = r.Lead
+	}
+	return v, nil
+}
+
+func withView(ctx context.Context, v *view) context.Context {
+	return context.WithValue(ctx, viewKey{}, v)
+}
+
+// viewOf is the view Prepare handed the handlers. Without one the handler
+// ran without its Prepare: a programming error, which writes nothing.
+func viewOf(ctx context.Context) (*view, error) {
+	v, ok := ctx.Value(viewKey{}).(*view)
+	if !ok {
+		return nil, errors.New("crm: handler ran without its Prepare")
+	}
+	return v, nil
+}

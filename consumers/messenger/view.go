@@ -1,0 +1,105 @@
+package messenger
+
+import (
+	"context"
+	"errors"
+
+	"github.com/google/uuid"
+
+	"github.com/pin-platform/pin/consumers/consumer"
+	"github.com/pin-platform/pin/ent"
+	"github.com/pin-platform/pin/ent/chat"
+	"github.com/pin-platform/pin/ent/chatparticipant"
+)
+
+// view is what Prepare read for a transaction — the chats of its messages'
+// leads and all their member rows — with the writes its handlers queued
+// (writer.go). The queued writes keep the chats and the member rows in
+// step, so a lead met twice in one transaction sees the first event's
+// effect.
+type view struct {
+	chats   map[uuid.UUID]*ent.Chat              // by lead
+	members map[uuid.UUID][]*ent.ChatParticipant // by chat
+	writes
+}
+
+type viewKey struct{}
+
+// prepare is the service's Prepare: it reads the transaction's view,
+// registers its writer (flush) to run before the commit and hands the view
+// to the handlers.
+func prepare(ctx context.Context, tx *ent.Tx, msgs []*consumer.Message) (context.Context, error) {
+	v, err := read(ctx, tx, msgs)
+	if err != nil {
+		return nil, err
+	}
+	if !consumer.BeforeCommit(ctx, v.flush) {
+		return nil, errors.New("messenger: prepare ran outside a transaction of the runtime")
+	}
+	return withView(ctx, v), nil
+}
+
+// read reads the chats of every lead of msgs, and all their member rows,
+// with two statements. Nothing is locked here: the chats are claimed at
+// the end (flush), conditioned on the row_version read — the spec's
+// optimistic concurrency. Messages whose payload does not decode, or has
+// no LeadId, are left to their handlers (read decodes the handler's type,
+// which the handler then reuses: it reports the same error); with none
+// left the view is empty.
+func read(ctx context.Context, tx *ent.Tx, msgs []*consumer.Message) (*view, error) {
+	seen := make(map[uuid.UUID]bool, len(msgs))
+	leads := make([]uuid.UUID, 0, len(msgs))
+	for _, m := range msgs {
+		w, err := consumer.DecodePayload[payload](m) // the handler's, decoded once
+		if err != nil || w.LeadID == uuid.Nil || seen[w.LeadID] {
+			continue
+		}
+		seen[w.LeadID] = true
+		leads = append(leads, w.LeadID)
+	}
+	v := &view{
+		chats:   map[uuid.UUID]*ent.Chat{},
+		members: map[uuid.UUID][]*ent.ChatParticipant{},
+		writes:  newWrites(tx),
+	}
+	if len(leads) == 0 {
+		return v, nil
+	}
+	chats, err := tx.Chat.Query().Where(chat.LeadIDIn(leads...)).All(ctx)
+	if err != nil {
+		return nil, err
+	}
+	ids := make([]uuid.UUID, 0, len(chats))
+	for _, c := range chats {
+		if c.LeadID == nil {
+			continue
+		}
+		v.chats[*c.LeadID] = c // lead_id is unique (ux_chats_lead_id)
+		ids = append(ids, c.ID)
+	}
+	if len(ids) == 0 {
+		return v, nil
+	}
+	rows, err := tx.ChatParticipant.Query().Where(chatparticipant.ChatIDIn(ids...)).All(ctx)
+	if err != nil {
+		return nil, err
+	}
+	for _, r := range rows {
+		v.members[r.ChatID] = append(v.members[r.ChatID], r)
+	}
+	return v, nil
+}
+
+func withView(ctx context.Context, v *view) context.Context {
+	return context.WithValue(ctx, viewKey{}, v)
+}
+
+// viewOf is the view Prepare handed the handlers. Without one the handler
+// ran without its Prepare: a programming error, which writes nothing.
+func viewOf(ctx context.Context) (*view, error) {
+	v, ok := ctx.Value(viewKey{}).(*view)
+	if !ok {
+		return nil, errors.New("messenger: handler ran without its Prepare")
+	}
+	return v, nil
+}

@@ -1,0 +1,153 @@
+package rewards
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/google/uuid"
+
+	"github.com/pin-platform/pin/consumers/consumer"
+	"github.com/pin-platform/pin/ent"
+	"github.com/pin-platform/pin/ent/referralbondreplica"
+)
+
+// view is what Prepare read, and locked, for a transaction: the replica
+// rows of its messages' bonds and the Active bonds of their referred
+// users, and the bonds known to have no row; with the writes its handlers
+// queued (writer.go), which keep it in step, so a bond met twice in one
+// transaction sees the first event's effect.
+type view struct {
+	byID   map[uuid.UUID]*ent.ReferralBondReplica
+	absent map[uuid.UUID]bool
+	writes
+}
+
+type viewKey struct{}
+
+// prepare is the service's Prepare: it reads the transaction's view,
+// registers its writer (flush) to run before the commit and hands the view
+// to the handlers.
+func prepare(ctx context.Context, tx *ent.Tx, msgs []*consumer.Message) (context.Context, error) {
+	v, err := read(ctx, tx, msgs)
+	if err != nil {
+		return nil, err
+	}
+	if !consumer.BeforeCommit(ctx, v.flush) {
+		return nil, errors.New("rewards: prepare ran outside a transaction of the runtime")
+	}
+	return withView(ctx, v), nil
+}
+
+// read reads and locks, in id order and with one statement, the rows of
+// every bond of msgs, and the Active bonds of their referred users: a
+// bond-created checks the single-active rule (BND-3) against them, as its
+// INSERT would, before the INSERT runs at the end. The lock order makes
+// transactions that share a bond wait instead of deadlocking. Messages
+// whose payload does not decode, or has no BondId, are left to their
+// handlers (which dead-letter them; read decodes the handler's type, which
+// the handler then reuses); with none left the view is empty.
+func read(ctx context.Context, tx *ent.Tx, msgs []*consumer.Message) (*view, error) {
+	seen := make(map[uuid.UUID]bool, len(msgs))
+	ids := make([]uuid.UUID, 0, len(msgs))
+	seenUser := make(map[uuid.UUID]bool, len(msgs))
+	users := make([]uuid.UUID, 0, len(msgs))
+	for _, m := range msgs {
+		w, err := bondOf(m)
+		if err != nil || w.BondID == nil {
+			continue
+		}
+		id, err := uuid.Parse(*w.BondID)
+		if err != nil {
+			continue
+		}
+		if !seen[id] {
+			seen[id] = true
+			ids = append(ids, id)
+		}
+		if w.ReferredUserID != nil {
+			if u, err := uuid.Parse(*w.ReferredUserID); err == nil && !seenUser[u] {
+				seenUser[u] = true
+				users = append(users, u)
+			}
+		}
+	}
+	v := &view{byID: map[uuid.UUID]*ent.ReferralBondReplica{}, absent: seen, writes: newWrites(tx)}
+	if len(ids) == 0 {
+		return v, nil
+	}
+	found, err := tx.ReferralBondReplica.Query().
+		Where(referralbondreplica.Or(
+			referralbondreplica.IDIn(ids...),
+			referralbondreplica.And(
+				referralbondreplica.ReferredUserIDIn(users...),
+				referralbondreplica.Status(string(StatusActive)),
+			),
+		)).
+		Order(ent.Asc(referralbondreplica.FieldID)).
+		ForUpdate().
+		All(ctx)
+	if err != nil {
+		return nil, err
+	}
+	for _, r := range found {
+		v.byID[r.ID] = r
+		delete(v.absent, r.ID)
+	}
+	return v, nil
+}
+
+func withView(ctx context.Context, v *view) context.Context {
+	return context.WithValue(ctx, viewKey{}, v)
+}
+
+// viewOf is the view Prepare handed the handlers. Without one the handler
+// ran without its Prepare: a programming error, which writes nothing.
+func viewOf(ctx context.Context) (*view, error) {
+	v, ok := ctx.Value(viewKey{}).(*view)
+	if !ok {
+		return nil, errors.New("rewards: handler ran without its Prepare")
+	}
+	return v, nil
+}
+
+// row is the bond's row in the view, nil when it has none. A bond that
+// Prepare did not read is a programming error.
+func (v *view) row(id uuid.UUID) (*ent.ReferralBondReplica, error) {
+	if r, ok := v.byID[id]; ok {
+		return r, nil
+	}
+	if v.absent[id] {
+		return nil, nil
+	}
+	return nil, fmt.Errorf("rewards: bond %s is not in the view Prepare read", id)
+}
+
+// activeOf is the Active bond of the referred user in the view (the table
+// as locked, with the transaction's writes), or nil.
+func (v *view) activeOf(user uuid.UUID) *ent.ReferralBondReplica {
+	for _, r := range v.byID {
+		if r.ReferredUserID == user && Status(r.Status).Active() {
+			return r
+		}
+	}
+	return nil
+}
+
+// bondRef is what read takes of a payload.
+type bondRef struct{ BondID, ReferredUserID *string }
+
+// bondOf reads the message's BondId and ReferredUserId by decoding its
+// handler's payload type (kept with the message: the handler does not
+// decode it again).
+func bondOf(m *consumer.Message) (bondRef, error) {
+	switch m.EventType {
+	case EventTypeBondCreated:
+		w, err := consumer.DecodePayload[createdWire](m)
+		return bondRef{w.BondID, w.ReferredUserID}, err
+	case EventTypeBondClosed:
+		w, err := consumer.DecodePayload[closedWire](m)
+		return bondRef{w.BondID, w.ReferredUserID}, err
+	}
+	return bondRef{}, fmt.Errorf("event type %q has no bond", m.EventType)
+}
