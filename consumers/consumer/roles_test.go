@@ -8,6 +8,7 @@ import (
 	"github.com/pin-platform/pin/consumers/consumer"
 	"github.com/pin-platform/pin/consumers/consumer/consumertest"
 	"github.com/pin-platform/pin/consumers/roster"
+	"github.com/pin-platform/pin/migrate"
 	"github.com/pin-platform/pin/migrate/pgtest"
 )
 
@@ -68,6 +69,13 @@ func TestEachServiceRoleWritesItsOwnAndNothingElse(t *testing.T) {
 	for _, s := range roster.All {
 		svc := s.Name
 		t.Run(svc, func(t *testing.T) {
+			if serviceTables[svc] == nil || ownWrites[svc] == "" || topics[svc] != s.Topic {
+				t.Fatalf("roster service %s: give it its tables, a write and its topic in serviceTables, ownWrites and topics", svc)
+			}
+			var hasRole bool
+			if err := admin.QueryRow(`SELECT EXISTS (SELECT FROM pg_roles WHERE rolname = $1)`, migrate.ServiceRole(svc)).Scan(&hasRole); err != nil || !hasRole {
+				t.Fatalf("roster service %s has no role %s (%v): add its role migration (README, \"Adding a consumer\")", svc, migrate.ServiceRole(svc), err)
+			}
 			db := openDB(t, pgtest.ServiceURL(t, dbURL, svc))
 			mark := func(topic string) error {
 				_, err := db.Exec(`INSERT INTO processed_messages (idempotency_key, consumer_group, topic, "partition", "offset", outcome) VALUES ($1, 'g', $2, 0, 0, 'applied')`,

@@ -5,7 +5,8 @@
 // everything else that needs the set of services — the binaries, pinctl's
 // dev environment, benchmark and chaos run, the demo, the tests, the
 // deploy checks, the README's tables — takes it from here, or is checked
-// against it. Adding a consumer is a package and one entry here.
+// against it. Adding a consumer is a package, one entry here, its role
+// migration and the lists the tests name (README, "Adding a consumer").
 package roster
 
 import (

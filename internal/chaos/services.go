@@ -4,7 +4,9 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"maps"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/google/uuid"
@@ -73,11 +75,15 @@ func services(names []string, seed uint64, n int, window time.Duration) ([]*serv
 		if len(names) > 0 && !slices.Contains(names, t.Service) {
 			continue
 		}
-		out = append(out, build[t.Service](t))
+		b, ok := build[t.Service]
+		if !ok {
+			return nil, fmt.Errorf("service %s has no chaos model: add its generator and check to internal/chaos (services.go)", t.Service)
+		}
+		out = append(out, b(t))
 	}
 	for _, name := range names {
 		if _, ok := build[name]; !ok {
-			return nil, fmt.Errorf("unknown service %q (rewards, messenger, crm)", name)
+			return nil, fmt.Errorf("unknown service %q (%s)", name, strings.Join(slices.Sorted(maps.Keys(build)), ", "))
 		}
 	}
 	return out, nil

@@ -25,8 +25,8 @@ func BinDir() (string, error) {
 		return "", fmt.Errorf("find pinctl's directory: %w", err)
 	}
 	dir := filepath.Dir(exe)
-	for _, s := range []string{"messenger-consumers", "rewards-consumers", "crm-consumers"} {
-		if _, err := os.Stat(filepath.Join(dir, s)); err != nil {
+	for _, svc := range roster.All {
+		if s := svc.Binary(); !exists(filepath.Join(dir, s)) {
 			return "", fmt.Errorf("%s not found beside pinctl in %s: run `make build` (make run does)", s, dir)
 		}
 	}
@@ -143,4 +143,9 @@ func NewLoadProducer(brokers string, lingerMs int) (*kafka.Producer, error) {
 		return nil, fmt.Errorf("kafka producer: %w", err)
 	}
 	return p, nil
+}
+
+func exists(path string) bool {
+	_, err := os.Stat(path)
+	return err == nil
 }
