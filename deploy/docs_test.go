@@ -41,13 +41,6 @@ var (
 	invariantDefinition = regexp.MustCompile(`\*\*((?:MSG|BND|CRM)-\d+) `)
 )
 
-// pendingRewrite are files being rewritten elsewhere that still cite the
-// shared contract or an original invariant id. Only those two checks are
-// waived for them; remove an entry once its file is clean.
-var pendingRewrite = map[string]bool{
-	"bench/README.md": true,
-}
-
 // sizeLimits bound the entry pages a newcomer reads first, in bytes: the
 // long material belongs in docs/ (operations.md, schema.md), linked from
 // them.
@@ -119,13 +112,11 @@ func TestDocsAreTheRepositorysOwn(t *testing.T) {
 					at("refers to %s, outside the repository: cite docs/contract.md or docs/specs/<service>.md", o)
 				}
 			}
-			if !pendingRewrite[name] {
-				if strings.Contains(line, sharedContract) {
-					at("cites %s: the repository's contract is docs/contract.md", sharedContract)
-				}
-				if m := originalInvariant.FindString(line); m != "" {
-					at("cites an invariant id of the original specs (%s…): use the ids of docs/specs/<service>.md", m)
-				}
+			if strings.Contains(line, sharedContract) {
+				at("cites %s: the repository's contract is docs/contract.md", sharedContract)
+			}
+			if m := originalInvariant.FindString(line); m != "" {
+				at("cites an invariant id of the original specs (%s…): use the ids of docs/specs/<service>.md", m)
 			}
 			for _, m := range contractCitation.FindAllStringSubmatch(line, -1) {
 				if !sections[m[1]] {

@@ -17,7 +17,7 @@ import (
 // recently used evicted), as pgx does by default. A statement with
 // arguments then costs PostgreSQL a Bind and an Execute, not a Parse, an
 // analysis and a plan: in a profile of rewards under load these were a
-// third of PostgreSQL's CPU (bench/README.md, "Prepared statements").
+// third of PostgreSQL's CPU (bench/README.md, "Earlier findings").
 // A statement without arguments (BEGIN, COMMIT, a plain query) still goes
 // through the simple protocol, and a statement is prepared only the second
 // time its connection sees it: the IN lists and VALUES rows of a batch
