@@ -2,7 +2,6 @@ package rewards
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"testing"
 	"time"
@@ -125,26 +124,6 @@ func TestViolationsAreDeadLetteredWithTheirCode(t *testing.T) {
 		t.Errorf("%s{code=%s} = %v, want 6", MetricDLQ, CodeInvalid.Name, n)
 	}
 	e.checkNoSecrets()
-}
-
-func setContractVersion(t *testing.T, ev *event, v int) {
-	t.Helper()
-	var m map[string]any
-	if err := json.Unmarshal(ev.value, &m); err != nil {
-		t.Fatal(err)
-	}
-	m["ContractVersion"] = v
-	ev.value, _ = json.Marshal(m)
-}
-
-func dropCreatedAt(t *testing.T, ev *event) {
-	t.Helper()
-	var m map[string]any
-	if err := json.Unmarshal(ev.value, &m); err != nil {
-		t.Fatal(err)
-	}
-	delete(m, "CreatedAt")
-	ev.value, _ = json.Marshal(m)
 }
 
 // The single-active conflict is detected on the view Prepare read, before
