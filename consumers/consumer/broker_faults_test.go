@@ -109,7 +109,8 @@ func TestOffsetCommitsFailingForAWhile(t *testing.T) {
 		t.Parallel()
 		e := kfakeEnv(t)
 		leadID := e.lead()
-		r := e.start(probeService(long...), consumertest.Options{})
+		var rejoined atomic.Bool
+		r := e.start(probeService(long...), consumertest.Options{Logger: watchedLogger(`"message":"partitions revoked"`, &rejoined)})
 		e.produceN(leadID, 15)
 		e.waitCommitted(15)
 		fault := e.cluster.Kfake().Fault(kfake.Fault{
@@ -125,8 +126,15 @@ func TestOffsetCommitsFailingForAWhile(t *testing.T) {
 		// own wait may run out first (counted as failed): either way the
 		// next commit carries the offsets, which is what matters.
 		t.Logf("offset_commits_total{failed} = %v", commits(r, "", "failed"))
-		if got := r.Counter("pin_consumer_messages_total", map[string]string{"outcome": "skipped-duplicate"}); got != 0 {
-			t.Fatalf("skipped-duplicate = %v, want 0: nothing redelivered", got)
+		// librdkafka may also rejoin the group after a coordinator it
+		// marked dead (seen about once in six runs): what the member
+		// applied since its last commit is then redelivered, and must be
+		// skipped as duplicates. Without a rejoin nothing is redelivered.
+		switch got := r.Counter("pin_consumer_messages_total", map[string]string{"outcome": "skipped-duplicate"}); {
+		case got != 0 && !rejoined.Load():
+			t.Fatalf("skipped-duplicate = %v without a rejoin, want 0: nothing redelivered", got)
+		case got != 0:
+			t.Logf("the member rejoined: %v messages redelivered and skipped as duplicates", got)
 		}
 		e.restartAndSettle(r, leadID, 30)
 	})
@@ -377,5 +385,35 @@ func TestTheGroupCoordinatorMoving(t *testing.T) {
 	}
 	if got := r.Counter("pin_consumer_messages_total", map[string]string{"outcome": "skipped-duplicate"}); got != 0 {
 		t.Fatalf("skipped-duplicate = %v, want 0: the member kept its assignment", got)
+	}
+}
+
+// A DLQ that refuses dead letters is the world's failure, not the
+// message's: the partition waits on it (paused, the cause counted, /readyz
+// 503 naming kafka), the message behind the poison one waits too, and once
+// the DLQ takes records again the poison message is dead-lettered once and
+// the other applied once.
+func TestADLQRefusingDeadLettersHoldsThePartition(t *testing.T) {
+	t.Parallel()
+	e := kfakeEnv(t)
+	refused := e.cluster.Kfake().Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Produce}, Topic: probeDLQ, Err: kerr.TopicAuthorizationFailed, Count: -1})
+	leadID := e.lead()
+	e.produce(0, []byte("not an envelope")) // EVENT_ENVELOPE_INVALID: the DLQ at once
+	_, good := envelope(leadID, "")
+	e.produce(0, good)
+	r := e.start(probeService(long...), consumertest.Options{HTTP: true})
+	watch := faultWatch{t: t, run: r}
+	watch.held(1, "kafka")
+	if got := e.events(leadID); got != 0 {
+		t.Fatalf("lead_events = %d while the message before it waits on the DLQ, want 0", got)
+	}
+	refused.Remove()
+	watch.recovered()
+	e.waitCommitted(2)
+	if got := e.events(leadID); got != 1 {
+		t.Fatalf("lead_events = %d, want 1", got)
+	}
+	if got := len(e.cluster.ReadAll(t, probeDLQ, 1, 10*time.Second)); got != 1 {
+		t.Fatalf("DLQ holds %d, want the poison message once", got)
 	}
 }

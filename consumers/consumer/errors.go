@@ -181,7 +181,9 @@ func sqlstateCause(e *pq.Error) string {
 			return class
 		}
 	case "54":
-		if e.Code == "54000" { // "too many notifications in the NOTIFY queue"
+		// 54000 is any program limit: only the NOTIFY queue's is the world's;
+		// an index row or a row too big for this message's data is its own.
+		if e.Code == "54000" && strings.Contains(e.Message, "notifications in the NOTIFY queue") {
 			return class
 		}
 	case "55":

@@ -258,7 +258,10 @@ func (w *worker) attempt(it *item) error {
 	case res.committed:
 		return nil
 	case res.err == nil: // the drain budget spent while it waited
-		return w.ctx.Err()
+		if err := w.ctx.Err(); err != nil {
+			return err
+		}
+		return errors.New("the transaction neither committed nor said why") // never acknowledged as done
 	case res.failed == it:
 		return &handlerFailure{res.err}
 	}

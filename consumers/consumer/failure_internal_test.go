@@ -58,6 +58,7 @@ func TestInfraCauseTellsTheWorldsFailuresFromTheMessages(t *testing.T) {
 		{"lib/pq's broken protocol stream", fmt.Errorf("query: %w", errors.New(`pq: unexpected message 'Z' in simple query execution`)), "connection"},
 
 		{"a value the column cannot hold: the message's", pqe("22001", "value too long"), ""},
+		{"an index row too big for this message's data: its own", pqe("54000", "index row size 3000 exceeds btree version 4 maximum 2704 for index \"x\""), ""},
 		{"a NUL in text: the message's", pqe("22021", "invalid byte sequence"), ""},
 		{"a constraint: the message's", pqe("23505", "duplicate key"), ""},
 		{"syntax error: a bug, maybe every message's (evidence decides)", pqe("42601", "syntax error"), ""},

@@ -98,11 +98,13 @@ func (w *worker) deadLetter(it *item, code Code, cause error, attempts int) bool
 		d := r.cfg.scale(infra.NextBackOff())
 		r.m.retry(Infrastructure, "DLQ_PUBLISH")
 		r.m.infra("kafka")
+		w.hold("kafka", err) // the world's failure: /readyz names it while the partition waits
 		r.logFor(it).Warn().Err(err).Dur("retry_in", d).Msg("dlq publish failed")
 		if !w.sleep(d) {
 			return false
 		}
 	}
+	w.release()
 	r.m.deadLettered(code.Name)
 	it.outcome = DeadLettered
 	it.attempts = attempts

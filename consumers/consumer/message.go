@@ -2,6 +2,7 @@ package consumer
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -104,9 +105,12 @@ type batchKey struct{}
 // BeforeCommit registers fn to run in the batch's transaction after its
 // last handler and before its marks are inserted and it commits: a
 // Service.Prepare uses it to write what the batch's handlers queued with
-// set-based statements. An error rolls the whole batch back and replays it
-// one message at a time, without Prepare. It reports false, and does
-// nothing, when ctx is not a Prepare's (a message handled on its own).
+// set-based statements. An error rolls the transaction back: one that
+// names a message (FailMessage) is that message's first attempt, a lost
+// race (a deadlock, a unique key taken since Prepare read) runs the
+// transaction again at once, and any other splits it into smaller
+// transactions, each through Prepare again. It reports false, and does
+// nothing, when ctx is not the one the runtime handed Prepare.
 func BeforeCommit(ctx context.Context, fn func(context.Context) error) bool {
 	b, ok := ctx.Value(batchKey{}).(*batch)
 	if ok {
@@ -132,4 +136,9 @@ func (f *messageFailure) Unwrap() error { return f.err }
 // hook's error that names no message runs the messages again in smaller
 // transactions, down to one message each, where every failure is judged on
 // its own (one that every message meets holds the partition).
-func FailMessage(m *Message, err error) error { return &messageFailure{msg: m, err: err} }
+func FailMessage(m *Message, err error) error {
+	if err == nil {
+		err = errors.New("failed without a reason")
+	}
+	return &messageFailure{msg: m, err: err}
+}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/pin-platform/pin/ent"
 	"github.com/pin-platform/pin/ent/parkedmessage"
+	"github.com/pin-platform/pin/ent/processedmessage"
 	"github.com/pin-platform/pin/schema"
 )
 
@@ -48,14 +49,19 @@ func (w *worker) park(it *item, code Code, cause error, step int, delay time.Dur
 		}
 		d := r.cfg.scale(infra.NextBackOff())
 		r.m.retry(Infrastructure, code.Name)
-		if cause := infraCause(err); cause != "" {
-			r.m.infra(cause)
+		held := infraCause(err)
+		if held != "" {
+			r.m.infra(held)
+		} else {
+			held = "park" // not a cause the runtime knows, but the partition waits on it all the same
 		}
+		w.hold(held, err)
 		r.logFor(it).Warn().Err(err).Dur("retry_in", d).Msg("park failed")
 		if !w.sleep(d) {
 			return false
 		}
 	}
+	w.release()
 	r.m.parked.WithLabelValues(code.Name).Inc()
 	r.m.retry(RetryLater, code.Name)
 	it.outcome = Parked
@@ -203,6 +209,19 @@ func (r *Runtime) redriveOne(ctx context.Context) (bool, error) {
 		if ctx.Err() != nil {
 			return true, ctx.Err()
 		}
+		if done, merr := r.markedSince(ctx, tx, it, res); merr != nil {
+			return fail(merr)
+		} else if done {
+			if err := tx.ParkedMessage.DeleteOne(row).Exec(ctx); err != nil {
+				return fail(err)
+			}
+			if err := tx.Commit(); err != nil {
+				return fail(err)
+			}
+			it.outcome, it.st = SkippedDuplicate, nil
+			r.finish(it, nil)
+			return true, nil
+		}
 		v := r.decide(err, t, true)
 		code := v.code
 		switch v.act {
@@ -251,6 +270,22 @@ func (r *Runtime) redriveOne(ctx context.Context) (bool, error) {
 			return r.redriveDeadLetter(ctx, tx, row, it, code, err)
 		}
 	}
+}
+
+// markedSince reports whether the parked message's mark exists although
+// its attempt just failed on it (res): a redelivered copy was applied after it
+// was parked (a restart before the offset commit), and the handler failed
+// on the state that copy left. The row is then done, as a duplicate — not
+// an attempt that could end in the DLQ. The mark is read in the
+// re-driver's transaction: waiting for an uncommitted holder from another
+// one (processedElsewhere) while this one holds the row could deadlock
+// where PostgreSQL cannot see it; a holder that commits later is found by
+// the row's next attempt.
+func (r *Runtime) markedSince(ctx context.Context, tx *ent.Tx, it *item, res txResult) (bool, error) {
+	if res.failed != it {
+		return false, nil
+	}
+	return tx.ProcessedMessage.Query().Where(processedmessage.ID(it.key)).Exist(ctx)
 }
 
 // postpone pushes a row whose attempt failed without a verdict back by the

@@ -3,12 +3,15 @@ package consumer_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/lib/pq"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/pin-platform/pin/consumers/consumer"
@@ -22,20 +25,35 @@ type preparedKey struct{}
 // preparing is the probe with a Service.Prepare that records what it was
 // given and tags the context; the handler counts the runs that saw the tag.
 type preparing struct {
-	fail      atomic.Bool // Prepare fails
-	panics    atomic.Bool // Prepare panics
-	flushFail atomic.Bool // the BeforeCommit function fails
-	poison    uuid.UUID   // Prepare fails for any transaction holding this message
-	blame     bool        // and names it (FailMessage)
-	flushes   atomic.Int64
-	flushed   atomic.Int64 // handler runs seen by the flushes
-	early     atomic.Bool  // a flush ran before its batch's handlers had
-	mu        sync.Mutex
-	given     []uuid.UUID   // MessageIds passed to Prepare, over all batches
-	batches   [][]uuid.UUID // the same, per call
-	calls     int
-	withTag   atomic.Int64
-	untagged  atomic.Int64
+	fail       atomic.Bool  // Prepare fails
+	panics     atomic.Bool  // Prepare panics
+	flushFail  atomic.Bool  // the BeforeCommit function fails
+	deadlock   atomic.Int32 // Prepare (or, with deadlockAt "flush", the flush) loses a deadlock this many more times
+	deadlockAt string
+	raced      int       // the index in batches of the call that lost the deadlock, -1 until one did
+	poison     uuid.UUID // Prepare fails for any transaction holding this message
+	blame      bool      // and names it (FailMessage)
+	flushes    atomic.Int64
+	flushed    atomic.Int64 // handler runs seen by the flushes
+	early      atomic.Bool  // a flush ran before its batch's handlers had
+	mu         sync.Mutex
+	given      []uuid.UUID   // MessageIds passed to Prepare, over all batches
+	batches    [][]uuid.UUID // the same, per call
+	calls      int
+	withTag    atomic.Int64
+	untagged   atomic.Int64
+}
+
+// loseDeadlock reports whether the hook at where loses a deadlock now,
+// recording the Prepare call it happened in.
+func (p *preparing) loseDeadlock(where string) bool {
+	if p.deadlockAt != where || p.deadlock.Add(-1) < 0 {
+		return false
+	}
+	p.mu.Lock()
+	p.raced = len(p.batches) - 1
+	p.mu.Unlock()
+	return true
 }
 
 func (p *preparing) service(reg prometheus.Registerer) consumer.Service {
@@ -56,6 +74,9 @@ func (p *preparing) service(reg prometheus.Registerer) consumer.Service {
 		}
 		if p.fail.Load() {
 			return nil, errors.New("prepare fails")
+		}
+		if p.loseDeadlock("prepare") {
+			return nil, fmt.Errorf("lock the leads: %w", &pq.Error{Code: "40P01", Message: "deadlock detected"})
 		}
 		if p.panics.Load() {
 			panic("prepare panics")
@@ -84,6 +105,9 @@ func (p *preparing) service(reg prometheus.Registerer) consumer.Service {
 			}
 			if p.flushFail.Load() {
 				return errors.New("flush fails")
+			}
+			if p.loseDeadlock("flush") {
+				return fmt.Errorf("update the leads: %w", &pq.Error{Code: "40P01", Message: "deadlock detected"})
 			}
 			return nil
 		}) {
@@ -527,4 +551,51 @@ func TestABatchWhoseMarksLoseADeadlockRunsAgainAsABatch(t *testing.T) {
 		t.Fatalf("lead_events = %d, want %d (the held message's effect once)", got, n)
 	}
 	checkOutcomes(t, r, map[consumer.Outcome]int{consumer.SkippedDuplicate: 1})
+}
+
+// A deadlock or serialization failure in Prepare's locks or in a write
+// registered with BeforeCommit is a lost race, like one in the marks: the
+// transaction runs again at once with the same messages, as a whole (not
+// split into single messages), and nothing is dead-lettered.
+func TestAHookLosingADeadlockRunsTheTransactionAgainAsAWhole(t *testing.T) {
+	t.Parallel()
+	for _, where := range []string{"prepare", "flush"} {
+		t.Run(where, func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t)
+			leadID := e.lead()
+			const n = 6
+			for i := 0; i < n; i++ {
+				_, v := envelope(leadID, "")
+				e.produce(1, v)
+			}
+			p := &preparing{deadlockAt: where, raced: -1}
+			p.deadlock.Store(1)
+			r := consumertest.Start(t, e.cluster.Bootstrap, e.url, p.service, consumertest.Options{})
+			e.waitCommitted(n)
+
+			p.mu.Lock()
+			k, batches := p.raced, slices.Clone(p.batches)
+			p.mu.Unlock()
+			if k < 0 || k+1 >= len(batches) {
+				t.Fatalf("Prepare calls %d, the deadlock in call %d: want a call after it", len(batches), k)
+			}
+			if !slices.Equal(batches[k], batches[k+1]) {
+				t.Fatalf("after the deadlock Prepare got %v, want the same messages again %v", batches[k+1], batches[k])
+			}
+			if got := r.Counter("pin_consumer_batch_reruns_total", map[string]string{"reason": "lost-race"}); got != 1 {
+				t.Fatalf("batch_reruns{lost-race} = %v, want 1", got)
+			}
+			if got := r.Counter("pin_consumer_retries_total", map[string]string{"code": "40P01"}); got != 1 {
+				t.Fatalf("retries{40P01} = %v, want 1", got)
+			}
+			if got := e.cluster.Count(t, probeDLQ); got != 0 {
+				t.Fatalf("DLQ holds %d, want 0", got)
+			}
+			if got := e.events(leadID); got != n {
+				t.Fatalf("lead_events = %d, want %d (each message once)", got, n)
+			}
+			checkOutcomes(t, r, map[consumer.Outcome]int{consumer.Applied: n})
+		})
+	}
 }

@@ -101,9 +101,7 @@ func New(cfg Config, svc Service, client *ent.Client, db *sql.DB, opts Options) 
 	if cfg.RetryTimeScale <= 0 {
 		cfg.RetryTimeScale = 1
 	}
-	if cfg.BatchSize < 1 {
-		cfg.BatchSize = 1
-	}
+	cfg.BatchSize = min(max(cfg.BatchSize, 1), MaxBatchSize)
 	if cfg.QueueSize < cfg.BatchSize {
 		cfg.QueueSize = cfg.BatchSize
 	}

@@ -704,6 +704,31 @@ func TestReDriverLosingARaceToARedeliveryHasNoEffect(t *testing.T) {
 	}
 }
 
+// A parked message whose redelivered copy was applied meanwhile (a restart
+// before the offset commit) fails on the state that copy left — here its
+// lead is gone — but its mark is there: the row is done as a duplicate,
+// never re-parked until its schedule ends in the DLQ.
+func TestAParkedMessageAppliedMeanwhileIsADuplicateNotADeadLetter(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	id, v := envelope(uuid.New(), "") // a lead that does not exist: PROBE_LEAD_NOT_FOUND
+	if _, err := e.db.Exec(`INSERT INTO parked_messages (consumer_group, topic, "partition", "offset", value, message_id, event_type, error_code, reason, attempts, next_attempt_at)
+		VALUES ($1, $2, 0, 0, $3, $4, $5, 'PROBE_LEAD_NOT_FOUND', 'waiting', 1, now())`, probeGroup, probeTopic, v, id, probeType); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.holdMark(id, 0, 0).Commit(); err != nil { // the redelivered copy's mark
+		t.Fatal(err)
+	}
+	r := consumertest.Start(t, e.cluster.Bootstrap, e.url, probeService(10*time.Millisecond), consumertest.Options{})
+	kafkatest.Eventually(t, 20*time.Second, func() bool { return e.count(`SELECT count(*) FROM parked_messages`) == 0 }, "the parked row to go")
+	if got := e.cluster.Count(t, probeDLQ); got != 0 {
+		t.Fatalf("DLQ holds %d, want 0: the message was applied", got)
+	}
+	if got := r.Counter("pin_consumer_messages_total", map[string]string{"outcome": string(consumer.SkippedDuplicate)}); got != 1 {
+		t.Fatalf("messages{skipped-duplicate} = %v, want 1", got)
+	}
+}
+
 func TestAParkedRowThatKeepsFailingDoesNotHoldUpTheOthers(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)

@@ -5,7 +5,8 @@ import (
 	"sync"
 )
 
-// The scheduler: at most CONSUMER_TRANSACTIONS transactions at once, the
+// The scheduler: at most CONSUMER_TRANSACTIONS transactions of messages at
+// once (the re-driver, mark checks and parking run outside the lanes), the
 // one knob of the runtime's concurrency.
 //
 // Each partition's worker gathers its own batch. A transaction's fixed

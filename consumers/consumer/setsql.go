@@ -50,9 +50,10 @@ func SortedIDs[V any](m map[uuid.UUID]V) []uuid.UUID {
 const MaxParams = 65535
 
 // Chunks splits rows into runs that one bulk statement can carry when each
-// row takes paramsPerRow bind parameters: every multi-row INSERT, upsert
-// and CASE update, on the batch path and on a message's own, goes through
-// it, so a payload's arrays or a large batch never exceed MaxParams.
+// row takes paramsPerRow bind parameters: the services' multi-row INSERTs
+// and upserts go through it, so a payload's arrays never take a statement
+// past MaxParams. A statement of at most MaxParamsPerKey parameters per
+// key (the CASE updates) needs no chunks (MaxKeysPerTransaction).
 func Chunks[T any](rows []T, paramsPerRow int) [][]T {
 	per := max(MaxParams/max(paramsPerRow, 1), 1) // a row of more parameters than that goes alone, and fails
 	var out [][]T

@@ -157,6 +157,10 @@ func (r *Runtime) txOnce(ctx context.Context, items []*item, mode txMode, shared
 				errors.As(err, &mf)
 				return fail(txResult{failed: it, err: mf.err})
 			}
+			if c := lostRace(err); c != "" && rerace { // Prepare's locks deadlocked with another transaction's
+				r.rollbackTx(ctx, tx, mode)
+				return r.lostTheRace(c, err, len(items))
+			}
 			return fail(txResult{err: fmt.Errorf("prepare: %w", err)})
 		}
 		if hctx == nil {
@@ -183,10 +187,8 @@ func (r *Runtime) txOnce(ctx context.Context, items []*item, mode txMode, shared
 				errors.As(err, &mf)
 				return txResult{failed: it, err: mf.err}, noRerun
 			}
-			if uniqueTaken(err) && rerace { // another processor's row, written since Prepare read
-				r.m.retry(Infrastructure, "23505")
-				r.m.batchReruns.WithLabelValues("lost-race").Inc()
-				return txResult{}, rerunLostRace
+			if c := raceCode(err); c != "" && rerace { // a deadlock, or another processor's row written since Prepare read
+				return r.lostTheRace(c, err, len(items))
 			}
 			return txResult{err: &writeError{err}}, noRerun
 		}
@@ -195,10 +197,7 @@ func (r *Runtime) txOnce(ctx context.Context, items []*item, mode txMode, shared
 	if err != nil {
 		r.rollbackTx(ctx, tx, mode)
 		if c := lostRace(err); c != "" && rerace {
-			r.m.retry(Infrastructure, c)
-			r.m.batchReruns.WithLabelValues("lost-race").Inc()
-			r.log.Info().Err(err).Int("batch", len(items)).Msg("marks lost a race: again")
-			return txResult{}, rerunLostRace
+			return r.lostTheRace(c, err, len(items))
 		}
 		return txResult{err: err}, noRerun
 	}
@@ -265,6 +264,29 @@ func (r *Runtime) commitTx(ctx context.Context, tx *ent.Tx, mode txMode) error {
 	}
 	_, err := tx.ExecContext(ctx, "RELEASE SAVEPOINT "+savepoint)
 	return err
+}
+
+// raceCode is the SQLSTATE of a write that lost a race to another
+// transaction (a deadlock, a serialization failure, a unique key taken
+// since Prepare read), "" for any other error.
+func raceCode(err error) string {
+	if c := lostRace(err); c != "" {
+		return c
+	}
+	var pqErr *pq.Error
+	if errors.As(err, &pqErr) && uniqueTaken(err) {
+		return string(pqErr.Code)
+	}
+	return ""
+}
+
+// lostTheRace counts a transaction that lost a race (its rollback done)
+// and asks for it to run again at once.
+func (r *Runtime) lostTheRace(code string, err error, n int) (txResult, rerun) {
+	r.m.retry(Infrastructure, code)
+	r.m.batchReruns.WithLabelValues("lost-race").Inc()
+	r.log.Info().Err(err).Int("batch", n).Str("code", code).Msg("transaction lost a race: again")
+	return txResult{}, rerunLostRace
 }
 
 // uniqueTaken reports a unique or exclusion constraint violated (23505,
