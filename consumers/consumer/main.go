@@ -33,6 +33,11 @@ const (
 	ExitConfig = 2 // missing or invalid configuration
 )
 
+// Log timestamps to the nanosecond (the bench and the tests order outcome
+// lines by them). zerolog's format is a package variable: set once, before
+// any goroutine logs, not in Main, which tests run beside other loggers.
+func init() { zerolog.TimeFieldFormat = time.RFC3339Nano }
+
 // Main runs a consumer process: configuration from environ (exit 2 with the
 // variable's name when it is missing or invalid, before touching Kafka),
 // the database, tracing, then the runtime until ctx ends. build makes the
@@ -49,7 +54,6 @@ func Main(ctx context.Context, environ []string, stderr io.Writer, defaultHTTP s
 		fmt.Fprintf(stderr, "configuration: %s\n", strings.ReplaceAll(err.Error(), "\n", "; "))
 		return ExitConfig
 	}
-	zerolog.TimeFieldFormat = time.RFC3339Nano
 	log := zerolog.New(stderr).Level(cfg.LogLevel).With().Timestamp().Logger()
 	for _, w := range cfg.Warnings {
 		log.Warn().Msg(w)
