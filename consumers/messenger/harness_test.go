@@ -342,7 +342,7 @@ func handleInTx(ctx context.Context, tx *ent.Tx, h *handler, m *consumer.Message
 	if err != nil {
 		return "", err
 	}
-	ctx = withView(ctx, v)
+	ctx = consumer.WithView(ctx, v)
 	out, err := h.handle(ctx, tx, m)
 	if err != nil {
 		return "", err

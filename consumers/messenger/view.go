@@ -2,7 +2,6 @@ package messenger
 
 import (
 	"context"
-	"errors"
 
 	"github.com/google/uuid"
 
@@ -23,21 +22,10 @@ type view struct {
 	writes
 }
 
-type viewKey struct{}
-
 // prepare is the service's Prepare: it reads the transaction's view,
 // registers its writer (flush) to run before the commit and hands the view
-// to the handlers.
-func prepare(ctx context.Context, tx *ent.Tx, msgs []*consumer.Message) (context.Context, error) {
-	v, err := read(ctx, tx, msgs)
-	if err != nil {
-		return nil, err
-	}
-	if !consumer.BeforeCommit(ctx, v.flush) {
-		return nil, errors.New("messenger: prepare ran outside a transaction of the runtime")
-	}
-	return withView(ctx, v), nil
-}
+// to the handlers (viewOf).
+var prepare = consumer.PrepareView(read, (*view).flush)
 
 // read reads the chats of every lead of msgs, and all their member rows,
 // with two statements. Nothing is locked here: the chats are claimed at
@@ -90,16 +78,6 @@ func read(ctx context.Context, tx *ent.Tx, msgs []*consumer.Message) (*view, err
 	return v, nil
 }
 
-func withView(ctx context.Context, v *view) context.Context {
-	return context.WithValue(ctx, viewKey{}, v)
-}
-
-// viewOf is the view Prepare handed the handlers. Without one the handler
-// ran without its Prepare: a programming error, which writes nothing.
-func viewOf(ctx context.Context) (*view, error) {
-	v, ok := ctx.Value(viewKey{}).(*view)
-	if !ok {
-		return nil, errors.New("messenger: handler ran without its Prepare")
-	}
-	return v, nil
-}
+// viewOf is the view Prepare handed the handlers; without one the
+// handler ran without its Prepare (consumer.ViewOf).
+func viewOf(ctx context.Context) (*view, error) { return consumer.ViewOf[*view](ctx) }

@@ -41,7 +41,7 @@ func TestPrepareAlwaysHasAView(t *testing.T) {
 	if err != nil || v == nil || len(v.chats) != 0 {
 		t.Fatalf("read of an undecodable message: %+v, %v; want an empty view", v, err)
 	}
-	if got, err := viewOf(withView(context.Background(), v)); err != nil || got != v {
+	if got, err := viewOf(consumer.WithView(context.Background(), v)); err != nil || got != v {
 		t.Fatalf("viewOf: %p, %v; want %p", got, err, v)
 	}
 	if _, err := prepare(context.Background(), nil, []*consumer.Message{bad}); err == nil {

@@ -19,7 +19,7 @@ func prepared(ctx context.Context, tx *ent.Tx, msgs ...*consumer.Message) (conte
 	if err != nil {
 		return nil, nil, err
 	}
-	return withView(ctx, v), v, nil
+	return consumer.WithView(ctx, v), v, nil
 }
 
 // handleInTx runs m in tx the way the runtime runs a transaction of one
