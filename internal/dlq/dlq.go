@@ -87,15 +87,11 @@ type partitionRange struct {
 // offsets to read: from the low watermark (or the filter's From) up to the
 // high watermark as it is now (or the filter's To + 1).
 func ranges(c *kafka.Consumer, topic string, f Filter) ([]partitionRange, error) {
-	md, err := c.GetMetadata(&topic, false, 10000)
+	ids, err := kafkaenv.Partitions(c, topic)
 	if err != nil {
-		return nil, fmt.Errorf("metadata of %s: %w", topic, err)
+		return nil, err
 	}
-	t, ok := md.Topics[topic]
-	if !ok || t.Error.Code() != kafka.ErrNoError || len(t.Partitions) == 0 {
-		return nil, fmt.Errorf("topic %s does not exist", topic)
-	}
-	n := int32(len(t.Partitions))
+	n := int32(len(ids))
 	if f.Partition >= n {
 		return nil, fmt.Errorf("topic %s has no partition %d (it has %d)", topic, f.Partition, n)
 	}

@@ -12,7 +12,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"sort"
 	"text/tabwriter"
 	"time"
 
@@ -253,19 +252,10 @@ func commitAsMember(ctx context.Context, o ResetOptions, tps []kafka.TopicPartit
 // offsets reads, per partition of topic in order, the watermarks and
 // the group's committed offset (in Before).
 func offsets(c *kafka.Consumer, topic string) ([]Partition, error) {
-	md, err := c.GetMetadata(&topic, false, 10000)
+	ids, err := kafkaenv.Partitions(c, topic)
 	if err != nil {
-		return nil, fmt.Errorf("metadata of %s: %w", topic, err)
+		return nil, err
 	}
-	t, ok := md.Topics[topic]
-	if !ok || t.Error.Code() != kafka.ErrNoError || len(t.Partitions) == 0 {
-		return nil, fmt.Errorf("topic %s does not exist", topic)
-	}
-	ids := make([]int32, 0, len(t.Partitions))
-	for _, p := range t.Partitions {
-		ids = append(ids, p.ID)
-	}
-	sort.Slice(ids, func(i, j int) bool { return ids[i] < ids[j] })
 	out := make([]Partition, len(ids))
 	tps := make([]kafka.TopicPartition, len(ids))
 	for i, id := range ids {

@@ -1,7 +1,9 @@
 package kafkaenv
 
 import (
+	"fmt"
 	"os"
+	"slices"
 	"time"
 
 	"github.com/confluentinc/confluent-kafka-go/v2/kafka"
@@ -25,4 +27,23 @@ func CloseConsumer(c *kafka.Consumer) {
 	case <-done:
 	case <-time.After(10 * time.Second):
 	}
+}
+
+// Partitions returns the ids of topic's partitions, in order, or an error
+// naming the topic when it does not exist.
+func Partitions(c *kafka.Consumer, topic string) ([]int32, error) {
+	md, err := c.GetMetadata(&topic, false, 10000)
+	if err != nil {
+		return nil, fmt.Errorf("metadata of %s: %w", topic, err)
+	}
+	t, ok := md.Topics[topic]
+	if !ok || t.Error.Code() != kafka.ErrNoError || len(t.Partitions) == 0 {
+		return nil, fmt.Errorf("topic %s does not exist", topic)
+	}
+	ids := make([]int32, 0, len(t.Partitions))
+	for _, p := range t.Partitions {
+		ids = append(ids, p.ID)
+	}
+	slices.Sort(ids)
+	return ids, nil
 }
