@@ -98,23 +98,13 @@ func modelCRM(recs []record, pairs map[pair]crmLead) *crmExpect {
 			x.leads[l.expired] = leadRow{tenant: l.tenant, agent: p.agent, investor: p.investor, status: "Expired"}
 		}
 	}
-	marked := map[string]bool{}
 	for _, r := range recs {
+		key, done := x.settled(r)
+		if done {
+			continue
+		}
 		e := r.ev
-		if e.code != "" {
-			x.deadLetter(r, e.code, e.markKey())
-			continue
-		}
-		if e.unknownType {
-			x.agree(r, "")
-			continue
-		}
 		s := e.body.(selectionShared)
-		key := e.markKey()
-		if marked[key] {
-			x.agree(r, "")
-			continue
-		}
 		l, ok := pairs[pair{s.agent, s.investor}]
 		if !ok || l.when == never {
 			x.deadLetter(r, crmLeadNotFound, key)
@@ -131,7 +121,6 @@ func modelCRM(recs []record, pairs map[pair]crmLead) *crmExpect {
 			x.leads[l.id] = lr
 		}
 		x.mark(r, key, out)
-		marked[key] = true
 	}
 	return x
 }

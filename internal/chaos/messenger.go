@@ -188,23 +188,13 @@ func modelMessenger(recs []record, leads map[uuid.UUID]messengerLead) *messenger
 			x.lateMsgs[id] = map[uuid.UUID]participantsChanged{}
 		}
 	}
-	marked := map[string]bool{}
 	for _, r := range recs {
+		key, done := x.settled(r)
+		if done {
+			continue
+		}
 		e := r.ev
-		if e.code != "" {
-			x.deadLetter(r, e.code, e.markKey())
-			continue
-		}
-		if e.unknownType {
-			x.agree(r, "")
-			continue
-		}
 		p := e.body.(participantsChanged)
-		key := e.markKey()
-		if marked[key] {
-			x.agree(r, "")
-			continue
-		}
 		l, ok := leads[p.lead]
 		switch {
 		case !ok || l.when == never:
@@ -222,7 +212,6 @@ func modelMessenger(recs []record, leads map[uuid.UUID]messengerLead) *messenger
 				x.mark(r, key, outSynced)
 			}
 		}
-		marked[key] = true
 	}
 	return x
 }

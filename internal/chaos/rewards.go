@@ -77,24 +77,13 @@ func modelRewards(recs []record) *rewardsExpect {
 	sortRecords(recs)
 	x := &rewardsExpect{expectation: newExpectation(len(recs)), rows: map[uuid.UUID]bondRow{}}
 	active := map[uuid.UUID]uuid.UUID{} // referred user → their Active bond
-	marked := map[string]bool{}
 	for _, r := range recs {
-		e := r.ev
-		switch {
-		case e.code != "":
-			x.deadLetter(r, e.code, e.markKey())
-			continue
-		case e.unknownType:
-			x.agree(r, "")
+		key, done := x.settled(r)
+		if done {
 			continue
 		}
-		switch b := e.body.(type) {
+		switch b := r.ev.body.(type) {
 		case bondCreated:
-			key := e.markKey()
-			if marked[key] {
-				x.agree(r, "") // a duplicate: acknowledged, nothing changes
-				continue
-			}
 			row, ok := x.rows[b.bond]
 			switch {
 			case !ok:
@@ -116,13 +105,7 @@ func modelRewards(recs []record) *rewardsExpect {
 				x.deadLetter(r, rewardsInvalid, key)
 				continue
 			}
-			marked[key] = true
 		case bondClosed:
-			key := e.markKey()
-			if marked[key] {
-				x.agree(r, "")
-				continue
-			}
 			row, ok := x.rows[b.bond]
 			switch {
 			case !ok:
@@ -143,7 +126,6 @@ func modelRewards(recs []record) *rewardsExpect {
 				x.rows[b.bond] = row
 				x.mark(r, key, outClosed)
 			}
-			marked[key] = true
 		}
 	}
 	return x

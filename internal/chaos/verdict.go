@@ -76,6 +76,28 @@ func (x *expectation) deadLetter(r record, code, key string) {
 	x.agree(r, code)
 }
 
+// settled decides what every service's model decides alike, before its
+// own rules: a poison message goes to the DLQ, a message of an unknown
+// event type and a copy of one already marked are acknowledged and change
+// nothing. It returns r's mark key and whether r is settled.
+func (x *expectation) settled(r record) (string, bool) {
+	e := r.ev
+	switch {
+	case e.code != "":
+		x.deadLetter(r, e.code, e.markKey())
+		return "", true
+	case e.unknownType:
+		x.agree(r, "")
+		return "", true
+	}
+	key := e.markKey()
+	if _, done := x.marks[key]; done {
+		x.agree(r, "") // a duplicate: acknowledged, nothing changes
+		return key, true
+	}
+	return key, false
+}
+
 // mark expects the idempotency key's mark with one of outcomes.
 func (x *expectation) mark(r record, key string, outcomes ...string) {
 	x.marks[key] = expectedMark{outcomes: outcomes, at: r.pos, note: r.ev.note}
