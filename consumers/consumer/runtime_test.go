@@ -465,10 +465,24 @@ func TestARevokeCommitsTheOffsetsProcessedBeforeIt(t *testing.T) {
 		kafkatest.Eventually(t, 30*time.Second, func() bool { return e.events(leadID) == first+second }, "a to apply the second batch")
 		if refused != nil {
 			// Every eager commit of the second batch was refused and
-			// returned: a stored its offsets, nothing committed them.
+			// returned: a stored its offsets, nothing committed them. The
+			// committer may hold one more request, asked for while a commit
+			// was in flight, which fires as soon as that one returns: the
+			// count must stay settled for a second before b joins, or that
+			// request would reach the broker after the refusals end.
+			var settledSince time.Time
+			last := -1
 			kafkatest.Eventually(t, 30*time.Second, func() bool {
-				return refused.carried() == first+second && refused.handle.Hits() ==
-					int(a.Counter("pin_consumer_offset_commits_total", map[string]string{"trigger": "stored", "result": "failed"}))
+				hits := refused.handle.Hits()
+				if refused.carried() != first+second || hits !=
+					int(a.Counter("pin_consumer_offset_commits_total", map[string]string{"trigger": "stored", "result": "failed"})) {
+					last = -1
+					return false
+				}
+				if hits != last {
+					last, settledSince = hits, time.Now()
+				}
+				return time.Since(settledSince) >= time.Second
 			}, "a's eager commits of the second batch to be refused")
 			if got := e.committed(); got != first {
 				t.Fatalf("committed %d while the eager commits were refused, want %d", got, first)
