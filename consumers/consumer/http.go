@@ -41,6 +41,9 @@ func (r *Runtime) Ready(ctx context.Context) error {
 	if g := r.gate.Load(); g != nil {
 		return errors.New(*g)
 	}
+	if e := r.assignErr.Load(); e != nil {
+		return errors.New(*e)
+	}
 	if !r.joined.Load() {
 		return fmt.Errorf("not yet a member of group %s", r.svc.Group)
 	}

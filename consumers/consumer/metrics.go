@@ -256,8 +256,14 @@ func (m *metrics) eventTime(t time.Time) {
 }
 
 // stats reads consumer_lag per partition from librdkafka's statistics JSON.
-func (m *metrics) stats(js string) {
+// stats records the lag from librdkafka's statistics and returns its
+// consumer group's state ("up": the coordinator is known and the member
+// takes part in the group; "" when unreadable).
+func (m *metrics) stats(js string) (groupState string) {
 	var s struct {
+		Cgrp struct {
+			State string `json:"state"`
+		} `json:"cgrp"`
 		Topics map[string]struct {
 			Partitions map[string]struct {
 				ConsumerLag int64 `json:"consumer_lag"`
@@ -265,7 +271,7 @@ func (m *metrics) stats(js string) {
 		} `json:"topics"`
 	}
 	if json.Unmarshal([]byte(js), &s) != nil {
-		return
+		return ""
 	}
 	for topic, t := range s.Topics {
 		for p, ps := range t.Partitions {
@@ -275,4 +281,5 @@ func (m *metrics) stats(js string) {
 			m.lag.WithLabelValues(topic, p).Set(float64(ps.ConsumerLag))
 		}
 	}
+	return s.Cgrp.State
 }

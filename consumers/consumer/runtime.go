@@ -85,7 +85,17 @@ type Runtime struct {
 	redact        func(string) string    // Options.Redact (never nil after New)
 	gate          atomic.Pointer[string] // why the schema gate holds the consumer out of its group; nil: open
 	joined        atomic.Bool            // the member got its first assignment (possibly empty)
-	cooperative   bool                   // partition.assignment.strategy is cooperative-sticky
+	// cooperative: librdkafka's rebalance protocol is COOPERATIVE (the
+	// cooperative-sticky assignor, or KIP-848's consumer protocol), so
+	// assignments change incrementally. Set from the configuration before
+	// the first Poll, then from what librdkafka reports on each assignment;
+	// used by the poll goroutine only.
+	cooperative bool
+	// consumerProtocol: group.protocol=consumer (KIP-848).
+	consumerProtocol bool
+	// assignErr is why the last assignment could not be taken (nil: it
+	// was): /readyz names it.
+	assignErr atomic.Pointer[string]
 	httpAddr      atomic.Value
 }
 
@@ -258,8 +268,8 @@ func (r *Runtime) Run(ctx context.Context) error {
 		return err
 	}
 	cm := r.consumerConfig()
-	strategy, _ := cm["partition.assignment.strategy"].(string)
-	r.cooperative = strings.Contains(strings.ToLower(strategy), "cooperative")
+	r.cooperative = cooperativeConfig(cm)
+	r.consumerProtocol = consumerProtocol(cm)
 	c, err := kafka.NewConsumer(&cm)
 	if err != nil {
 		return &ConfigError{Var: "KAFKA_*", Err: err}
@@ -345,7 +355,12 @@ func (r *Runtime) pollLoop(ctx context.Context) error {
 			}
 			r.log.Warn().Err(e).Str("kafka_code", e.Code().String()).Msg("kafka error")
 		case *kafka.Stats:
-			r.m.stats(e.String())
+			// Under KIP-848 a member the broker gives no partition gets
+			// no assignment event at all: that it takes part in the group
+			// is known from librdkafka's statistics alone.
+			if r.m.stats(e.String()) == "up" && r.consumerProtocol {
+				r.joined.Store(true)
+			}
 		}
 	}
 	return nil
@@ -399,23 +414,46 @@ func (r *Runtime) partitions(topic string) (int, error) {
 	return len(t.Partitions), nil
 }
 
+// cooperativeConfig reports whether a consumer configuration makes
+// librdkafka's rebalance protocol cooperative: KIP-848's consumer group
+// protocol always is (the broker assigns, incrementally), the classic one
+// with a cooperative assignor.
+func cooperativeConfig(cm kafka.ConfigMap) bool {
+	strategy, _ := cm["partition.assignment.strategy"].(string)
+	return consumerProtocol(cm) || strings.Contains(strings.ToLower(strategy), "cooperative")
+}
+
+// consumerProtocol reports group.protocol=consumer (KIP-848).
+func consumerProtocol(cm kafka.ConfigMap) bool {
+	protocol, _ := cm["group.protocol"].(string)
+	return strings.EqualFold(strings.TrimSpace(protocol), "consumer")
+}
+
 // rebalance runs inside Poll, on the poll goroutine.
 func (r *Runtime) rebalance(c *kafka.Consumer, ev kafka.Event) error {
-	// The protocol is known from the configuration: asking librdkafka
-	// inside the callback can hang during Close (confluent-kafka-go#1016).
-	cooperative := r.cooperative
 	switch e := ev.(type) {
 	case kafka.AssignedPartitions:
 		r.log.Info().Int("partitions", len(e.Partitions)).Str("assigned", fmtParts(e.Partitions)).Msg("partitions assigned")
-		var err error
-		if cooperative {
-			err = c.IncrementalAssign(e.Partitions)
-		} else {
-			err = c.Assign(e.Partitions)
+		// What librdkafka reports decides how to take the assignment;
+		// the configuration was the guess until now. (Asked here, inside
+		// Poll, never in a revoke: a revoke may run inside Close, where
+		// asking can hang, confluent-kafka-go#1016.)
+		switch p := c.GetRebalanceProtocol(); p {
+		case "COOPERATIVE", "EAGER":
+			if coop := p == "COOPERATIVE"; coop != r.cooperative {
+				r.log.Warn().Str("rebalance_protocol", p).Msg("librdkafka's rebalance protocol differs from what the configuration suggested: following librdkafka")
+				r.cooperative = coop
+			}
 		}
-		if err != nil {
+		if err := r.assign(c, e.Partitions); err != nil {
+			// Not taken: the member holds partitions it does not fetch
+			// and no other member can have. Say so loudly and on /readyz.
+			msg := fmt.Sprintf("the assignment of partitions %s could not be taken: %v", fmtParts(e.Partitions), err)
+			r.assignErr.Store(&msg)
+			r.log.Error().Err(err).Str("assigned", fmtParts(e.Partitions)).Bool("cooperative", r.cooperative).Msg("assignment failed")
 			return err
 		}
+		r.assignErr.Store(nil)
 		// librdkafka keeps an application pause across a rebalance that
 		// gives the partition back: start every assigned partition afresh.
 		if len(e.Partitions) > 0 {
@@ -436,12 +474,37 @@ func (r *Runtime) rebalance(c *kafka.Consumer, ev kafka.Event) error {
 		if !lost {
 			r.commit("revoke")
 		}
-		if cooperative {
+		// A member left with no partition is between assignments (a
+		// rebalance, or it lost its assignment and rejoins): not ready
+		// until the group assigns it again, an empty assignment included.
+		if len(r.assigned()) == 0 {
+			r.joined.Store(false)
+		}
+		if r.cooperative {
 			return c.IncrementalUnassign(e.Partitions)
 		}
 		return c.Unassign()
 	}
 	return nil
+}
+
+// assign takes an assignment the way the rebalance protocol wants it. An
+// eager Assign that librdkafka refuses because the protocol is cooperative
+// after all (a configuration the guess did not foresee) is retried
+// incrementally, and the protocol remembered.
+func (r *Runtime) assign(c *kafka.Consumer, ps []kafka.TopicPartition) error {
+	if r.cooperative {
+		return c.IncrementalAssign(ps)
+	}
+	err := c.Assign(ps)
+	if err != nil && strings.Contains(err.Error(), "incremental_assign") {
+		if ierr := c.IncrementalAssign(ps); ierr == nil {
+			r.log.Warn().Msg("librdkafka's rebalance protocol is cooperative: assignments are taken incrementally from now on")
+			r.cooperative = true
+			return nil
+		}
+	}
+	return err
 }
 
 func fmtParts(ps []kafka.TopicPartition) string {

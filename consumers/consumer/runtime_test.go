@@ -348,13 +348,18 @@ func TestTwoConsumersRebalanceWithoutLossOrDoubleEffects(t *testing.T) {
 // every message has one effect and one mark, and that b took part.
 func checkRebalance(t *testing.T, e *env, buildA, buildB func(prometheus.Registerer) consumer.Service, batch int) {
 	t.Helper()
+	checkRebalanceWith(t, e, buildA, buildB, consumertest.Options{BatchSize: batch})
+}
+
+// checkRebalanceWith is checkRebalance with both members started with opts.
+func checkRebalanceWith(t *testing.T, e *env, buildA, buildB func(prometheus.Registerer) consumer.Service, opts consumertest.Options) {
+	t.Helper()
 	leadID := e.lead()
 	const first, second = 300, 150
 	for i := 0; i < first; i++ {
 		_, v := envelope(leadID, "")
 		e.produce(int32(i%3), v)
 	}
-	opts := consumertest.Options{BatchSize: batch}
 	a := e.start(buildA, opts)
 	kafkatest.Eventually(t, 30*time.Second, func() bool { return e.events(leadID) > 20 }, "a to start")
 	b := e.start(buildB, opts)

@@ -85,6 +85,12 @@ func Start(t testing.TB, brokers, dbURL string, build func(prometheus.Registerer
 		"statistics.interval.ms":             1000,
 		"topic.metadata.refresh.interval.ms": 1000,
 	}
+	if o.Kafka["group.protocol"] == "consumer" {
+		// KIP-848: the broker owns the session and the heartbeats;
+		// librdkafka refuses these two under the consumer protocol.
+		delete(km, "session.timeout.ms")
+		delete(km, "heartbeat.interval.ms")
+	}
 	for k, v := range o.Kafka {
 		km[k] = v
 	}

@@ -1,0 +1,109 @@
+package consumer_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/confluentinc/confluent-kafka-go/v2/kafka"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/pin-platform/pin/consumers/consumer/consumertest"
+	"github.com/pin-platform/pin/consumers/kafkatest"
+)
+
+// groupProtocols are the consumer group protocols an operator can choose
+// through KAFKA_* (docs/contract.md §2): the classic protocol with an
+// eager assignor (librdkafka's default, range and roundrobin), the
+// classic protocol with the cooperative-sticky assignor, and KIP-848's
+// consumer protocol, where the broker assigns and librdkafka's rebalance
+// protocol is cooperative whatever partition.assignment.strategy says.
+var groupProtocols = []struct {
+	name  string
+	kafka kafka.ConfigMap
+}{
+	{"classic-eager", kafka.ConfigMap{}},
+	{"classic-cooperative-sticky", kafka.ConfigMap{"partition.assignment.strategy": "cooperative-sticky"}},
+	{"consumer", kafka.ConfigMap{"group.protocol": "consumer"}},
+}
+
+// Under each protocol, a member joins a running one and the first leaves:
+// every message has one effect and one mark, and both took part.
+func TestEveryGroupProtocolConsumesThroughJoinsAndLeaves(t *testing.T) {
+	t.Parallel()
+	for _, p := range groupProtocols {
+		t.Run(p.name, func(t *testing.T) {
+			onEachBroker(t, func(t *testing.T, e *env) {
+				checkRebalanceWith(t, e, probeService(long...), probeService(long...), consumertest.Options{BatchSize: 4, Kafka: p.kafka})
+			})
+		})
+	}
+}
+
+// Under each protocol, a group with more members than partitions: every
+// member is ready once the group assigned it, the one left without a
+// partition included; and a member whose partitions all go to others is
+// ready again once the group assigned it its (empty) share.
+func TestEveryGroupProtocolMakesEveryMemberReady(t *testing.T) {
+	t.Parallel()
+	for _, p := range groupProtocols {
+		t.Run(p.name, func(t *testing.T) {
+			t.Parallel()
+			e := newEnvOn(t, kafkatest.NewCluster)
+			opts := consumertest.Options{Kafka: p.kafka}
+			var members []*consumertest.Running
+			for i := 0; i < 4; i++ { // the probe topic has 3 partitions
+				members = append(members, e.start(probeService(long...), opts))
+			}
+			ready := func() bool {
+				for _, m := range members {
+					if m.Runtime.Ready(context.Background()) != nil {
+						return false
+					}
+				}
+				return true
+			}
+			kafkatest.Eventually(t, 60*time.Second, ready, "every member to be ready")
+			leadID := e.lead()
+			for i := 0; i < 30; i++ {
+				_, v := envelope(leadID, "")
+				e.produce(int32(i%3), v)
+			}
+			e.waitCommitted(30)
+			if got := e.events(leadID); got != 30 {
+				t.Fatalf("lead_events = %d, want 30", got)
+			}
+		})
+	}
+}
+
+// A member that loses its assignment (the coordinator forgot it: its
+// heartbeats answered UNKNOWN_MEMBER_ID) is out of the group until it
+// rejoins: /readyz says so meanwhile, and is ready again once the group
+// assigned it again.
+func TestAMemberThatLostItsAssignmentIsNotReadyUntilItRejoins(t *testing.T) {
+	t.Parallel()
+	e := kfakeEnv(t)
+	fc := e.cluster.Kfake()
+	r := e.start(probeService(long...), consumertest.Options{})
+	ready := func() bool { return r.Runtime.Ready(context.Background()) == nil }
+	kafkatest.Eventually(t, 30*time.Second, ready, "the member to be ready")
+
+	// While the coordinator refuses the member's rejoin, it has no
+	// partition and is no member.
+	rejoins := fc.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.JoinGroup}, Group: probeGroup, Err: kerr.CoordinatorLoadInProgress, Count: -1})
+	forgot := fc.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Heartbeat}, Group: probeGroup, Err: kerr.UnknownMemberID, Count: -1})
+	waitHits(t, rejoins, 2)
+	if err := r.Runtime.Ready(context.Background()); err == nil || !strings.Contains(err.Error(), "group") {
+		t.Fatalf("Ready = %v while the member is out of its group, want an error naming the group", err)
+	}
+	forgot.Remove()
+	rejoins.Remove()
+	kafkatest.Eventually(t, 30*time.Second, ready, "the member to be ready again once it rejoined")
+	leadID := e.lead()
+	e.produceN(leadID, 10)
+	e.waitCommitted(10)
+}
