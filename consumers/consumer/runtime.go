@@ -96,7 +96,7 @@ type Runtime struct {
 	// assignErr is why the last assignment could not be taken (nil: it
 	// was): /readyz names it.
 	assignErr atomic.Pointer[string]
-	httpAddr      atomic.Value
+	httpAddr  atomic.Value
 }
 
 // New builds a runtime. client and db are the same database: db is used for
