@@ -31,11 +31,28 @@ var dlqHeaders = map[string]bool{
 	HeaderOriginalOffset: true, HeaderConsumerGroup: true, HeaderAttempts: true, HeaderDLQAt: true,
 }
 
-// HeaderValueOmitted marks a dead letter whose value was too large for the
-// DLQ: it holds the original size in bytes; the value stays readable at
-// x-source-topic / x-original-partition / x-original-offset while the
-// topic's retention keeps it.
-const HeaderValueOmitted = "x-dlq-value-omitted"
+// Headers of a dead letter too large for the DLQ with all of the original
+// (see dlqProducer.send). Each holds the size in bytes of what was left
+// out; the original stays readable at x-source-topic /
+// x-original-partition / x-original-offset while the topic's retention
+// keeps it.
+const (
+	// HeaderValueOmitted: the value was left out.
+	HeaderValueOmitted = "x-dlq-value-omitted"
+	// HeaderHeadersOmitted: the original headers were left out (their
+	// keys and values, summed).
+	HeaderHeadersOmitted = "x-dlq-headers-omitted"
+	// HeaderKeyTruncated: the key was cut to its first keyKept bytes.
+	HeaderKeyTruncated = "x-dlq-key-truncated"
+)
+
+// keyKept is how much of a key is kept when even a dead letter without
+// its value and headers does not fit.
+const keyKept = 1024
+
+// omitted is the set of headers the producer adds for what it left out: a
+// message replayed from a DLQ gets fresh ones.
+var omitted = map[string]bool{HeaderValueOmitted: true, HeaderHeadersOmitted: true, HeaderKeyTruncated: true}
 
 // dlqProducer publishes dead letters with an idempotent producer (acks=all)
 // and waits for each delivery report. A producer that hit a fatal error
@@ -50,7 +67,21 @@ type dlqProducer struct {
 	p     *kafka.Producer
 	done  chan struct{}
 	fatal atomic.Bool
+
+	// partitions is the DLQ topic's partition count as last read (0: not
+	// read yet), checked is when; source is the highest source partition
+	// count seen. Guarded by pmu.
+	pmu        sync.Mutex
+	partitions int32
+	source     int32
+	checked    time.Time
+	missing    func(n int) // reports source partitions the DLQ lacks (a gauge)
 }
+
+// partitionsRecheck is how often the DLQ's partition count is read again
+// while it has fewer partitions than the source: once it has grown, dead
+// letters go to their own partition numbers again.
+const partitionsRecheck = 30 * time.Second
 
 func newDLQProducer(cm kafka.ConfigMap, svc Service, log zerolog.Logger) (*dlqProducer, error) {
 	cm["enable.idempotence"] = true
@@ -69,7 +100,7 @@ func newDLQProducer(cm kafka.ConfigMap, svc Service, log zerolog.Logger) (*dlqPr
 	for _, k := range []string{"auto.offset.reset", "enable.auto.commit", "auto.commit.interval.ms", "session.timeout.ms", "heartbeat.interval.ms", "max.poll.interval.ms", "partition.assignment.strategy", "group.instance.id", "enable.auto.offset.store", "fetch.wait.max.ms", "fetch.min.bytes", "group.protocol"} {
 		delete(cm, k)
 	}
-	d := &dlqProducer{cm: cm, topic: svc.DLQTopic, group: svc.Group, log: log}
+	d := &dlqProducer{cm: cm, topic: svc.DLQTopic, group: svc.Group, log: log, missing: func(int) {}}
 	if err := d.open(); err != nil {
 		return nil, err
 	}
@@ -117,21 +148,32 @@ func (d *dlqProducer) producer() (*kafka.Producer, error) {
 }
 
 // send publishes the original key, value and headers plus the DLQ headers
-// to the DLQ partition of the same number, and returns once the broker
-// acknowledged it. A value too large for the DLQ is left out (see
-// HeaderValueOmitted) rather than blocking the partition forever.
+// to the DLQ partition for the source partition (partitionFor), and
+// returns once the broker acknowledged it.
+//
+// A dead letter always fits: when the DLQ refuses it for its size (the
+// producer's message.max.bytes, the topic's max.message.bytes), it goes
+// without the original headers, else without the value, else without
+// both, and only then with the key cut to keyKept bytes (a cut key can no
+// longer be replayed to its partition), each omission recorded in a
+// header (HeaderHeadersOmitted, HeaderValueOmitted, HeaderKeyTruncated). A record the source topic took must never hold its
+// partition because the DLQ's limits are smaller: its size is the
+// message's own fault, not the world's.
 func (d *dlqProducer) send(ctx context.Context, km *kafka.Message, code Code, reason string, attempts int) error {
-	hs := make([]kafka.Header, 0, len(km.Headers)+9)
+	var orig []kafka.Header
+	origBytes := 0
 	for _, h := range km.Headers {
-		if !dlqHeaders[h.Key] && h.Key != HeaderValueOmitted { // a message replayed from a DLQ gets fresh ones
-			hs = append(hs, h)
+		if !dlqHeaders[h.Key] && !omitted[h.Key] { // a message replayed from a DLQ gets fresh ones
+			orig = append(orig, h)
+			origBytes += len(h.Key) + len(h.Value)
 		}
 	}
 	src := ""
 	if km.TopicPartition.Topic != nil {
 		src = *km.TopicPartition.Topic
 	}
-	add := func(k, v string) { hs = append(hs, kafka.Header{Key: k, Value: []byte(v)}) }
+	var ours []kafka.Header
+	add := func(k, v string) { ours = append(ours, kafka.Header{Key: k, Value: []byte(v)}) }
 	add(HeaderReason, abbreviate(strings.ToValidUTF8(reason, "?"), 1000))
 	add(HeaderErrorCode, code.Name)
 	add(HeaderSourceTopic, src)
@@ -141,21 +183,132 @@ func (d *dlqProducer) send(ctx context.Context, km *kafka.Message, code Code, re
 	add(HeaderAttempts, strconv.Itoa(attempts))
 	add(HeaderDLQAt, time.Now().UTC().Format(time.RFC3339))
 
-	topic := d.topic
-	m := &kafka.Message{
-		TopicPartition: kafka.TopicPartition{Topic: &topic, Partition: km.TopicPartition.Partition},
-		Key:            km.Key,
-		Value:          km.Value,
-		Headers:        hs,
-	}
-	err := d.produce(ctx, m)
-	if tooLarge(err) {
-		d.log.Warn().Int("value_bytes", len(km.Value)).Str("code", code.Name).Msg("dead letter too large for the DLQ: value left out")
-		m.Value = nil
-		m.Headers = append(m.Headers, kafka.Header{Key: HeaderValueOmitted, Value: []byte(strconv.Itoa(len(km.Value)))})
-		err = d.produce(ctx, m)
+	// What is left out, step by step, while the DLQ refuses the record
+	// for its size.
+	type shape struct{ noHeaders, noValue, cutKey bool }
+	tried := map[shape]bool{}
+	var err error
+	for _, sh := range []shape{{}, {true, false, false}, {false, true, false}, {true, true, false},
+		{false, false, true}, {true, false, true}, {false, true, true}, {true, true, true}} {
+		// Leave out only what is there: a shape that leaves out
+		// nothing more than one tried already is skipped.
+		sh = shape{sh.noHeaders && len(orig) > 0, sh.noValue && len(km.Value) > 0, sh.cutKey && len(km.Key) > keyKept}
+		if tried[sh] {
+			continue
+		}
+		tried[sh] = true
+		m := d.dead(km, orig, ours, sh.noHeaders, sh.noValue, sh.cutKey, origBytes)
+		if err = d.produce(ctx, m); !tooLarge(err) {
+			if err == nil && sh != (shape{}) {
+				d.log.Warn().Int("value_bytes", len(km.Value)).Int("headers_bytes", origBytes).Int("key_bytes", len(km.Key)).
+					Bool("value_omitted", sh.noValue).Bool("headers_omitted", sh.noHeaders).Bool("key_truncated", sh.cutKey).
+					Str("code", code.Name).Msg("dead letter too large for the DLQ: sent without part of the original")
+			}
+			return err
+		}
 	}
 	return err
+}
+
+// dead builds the DLQ record of km in one of send's shapes.
+func (d *dlqProducer) dead(km *kafka.Message, orig, ours []kafka.Header, noHeaders, noValue, cutKey bool, origBytes int) *kafka.Message {
+	topic := d.topic
+	m := &kafka.Message{
+		TopicPartition: kafka.TopicPartition{Topic: &topic, Partition: d.partitionFor(km.TopicPartition.Partition)},
+		Key:            km.Key,
+		Value:          km.Value,
+	}
+	hs := make([]kafka.Header, 0, len(orig)+len(ours)+3)
+	if !noHeaders {
+		hs = append(hs, orig...)
+	}
+	hs = append(hs, ours...)
+	size := func(k string, n int) { hs = append(hs, kafka.Header{Key: k, Value: []byte(strconv.Itoa(n))}) }
+	if noHeaders && len(orig) > 0 {
+		size(HeaderHeadersOmitted, origBytes)
+	}
+	if noValue && len(km.Value) > 0 {
+		m.Value = nil
+		size(HeaderValueOmitted, len(km.Value))
+	}
+	if cutKey && len(km.Key) > keyKept {
+		m.Key = km.Key[:keyKept]
+		size(HeaderKeyTruncated, len(km.Key))
+	}
+	m.Headers = hs
+	return m
+}
+
+// partitionFor is the DLQ partition of a dead letter from source partition
+// p: the same number while the DLQ has it (so the DLQ keeps each key's
+// order, as the source does); else, when the source grew and its DLQ did
+// not, p modulo the DLQ's partitions — all of one source partition's dead
+// letters still go to one DLQ partition, in order — with a warning and
+// pin_consumer_dlq_partitions_missing naming the mismatch.
+func (d *dlqProducer) partitionFor(p int32) int32 {
+	d.pmu.Lock()
+	defer d.pmu.Unlock()
+	if p+1 > d.source {
+		d.source = p + 1
+	}
+	if d.partitions == 0 || (p >= d.partitions && time.Since(d.checked) > partitionsRecheck) {
+		d.readPartitionsLocked()
+	}
+	if d.partitions == 0 || p < d.partitions {
+		return p // unknown: the broker's answer decides
+	}
+	return p % d.partitions
+}
+
+// setPartitions records what the runtime read at start: the DLQ's and the
+// source's partition counts.
+func (d *dlqProducer) setPartitions(dlq, source int) {
+	d.pmu.Lock()
+	defer d.pmu.Unlock()
+	d.partitions, d.checked = int32(dlq), time.Now()
+	d.source = max(d.source, int32(source))
+	d.reportLocked()
+}
+
+// sourcePartition records a source partition the consumer was assigned.
+func (d *dlqProducer) sourcePartition(p int32) {
+	d.pmu.Lock()
+	defer d.pmu.Unlock()
+	if p+1 > d.source {
+		d.source = p + 1
+		d.reportLocked()
+	}
+}
+
+// readPartitionsLocked reads the DLQ's partition count from the broker;
+// on failure the last count stands.
+func (d *dlqProducer) readPartitionsLocked() {
+	d.checked = time.Now()
+	d.mu.Lock()
+	p := d.p
+	d.mu.Unlock()
+	topic := d.topic
+	md, err := p.GetMetadata(&topic, false, 5000)
+	if err != nil {
+		d.log.Warn().Err(err).Msg("dlq: reading the DLQ topic's partitions failed")
+		return
+	}
+	if t, ok := md.Topics[topic]; ok && t.Error.Code() == kafka.ErrNoError && len(t.Partitions) > 0 {
+		d.partitions = int32(len(t.Partitions))
+		d.reportLocked()
+	}
+}
+
+func (d *dlqProducer) reportLocked() {
+	missing := 0
+	if d.partitions > 0 && d.source > d.partitions {
+		missing = int(d.source - d.partitions)
+	}
+	d.missing(missing)
+	if missing > 0 {
+		d.log.Warn().Str("dlq_topic", d.topic).Int32("dlq_partitions", d.partitions).Int32("source_partitions", d.source).
+			Msg("the DLQ topic has fewer partitions than its source: dead letters of the partitions it lacks go to partition (number modulo its partitions); add partitions to the DLQ topic")
+	}
 }
 
 func tooLarge(err error) bool {
@@ -177,7 +330,7 @@ func (d *dlqProducer) produce(ctx context.Context, m *kafka.Message) error {
 	}
 	delivery := make(chan kafka.Event, 1)
 	if err := p.Produce(m, delivery); err != nil {
-		return fmt.Errorf("dlq produce: %w", err)
+		return d.unknownPartition(fmt.Errorf("dlq produce: %w", err))
 	}
 	select {
 	case ev := <-delivery:
@@ -186,12 +339,25 @@ func (d *dlqProducer) produce(ctx context.Context, m *kafka.Message) error {
 			return fmt.Errorf("dlq produce: unexpected event %v", ev)
 		}
 		if r.TopicPartition.Error != nil {
-			return fmt.Errorf("dlq produce: %w", r.TopicPartition.Error)
+			return d.unknownPartition(fmt.Errorf("dlq produce: %w", r.TopicPartition.Error))
 		}
 		return nil
 	case <-ctx.Done():
 		return ctx.Err()
 	}
+}
+
+// unknownPartition passes err on; when the DLQ lacks the partition it was
+// sent to (the topic shrank, or was recreated smaller), the next send
+// reads its partition count again first.
+func (d *dlqProducer) unknownPartition(err error) error {
+	var ke kafka.Error
+	if errors.As(err, &ke) && (ke.Code() == kafka.ErrUnknownPartition || ke.Code() == kafka.ErrUnknownTopicOrPart) {
+		d.pmu.Lock()
+		d.partitions = 0
+		d.pmu.Unlock()
+	}
+	return err
 }
 
 func (d *dlqProducer) close() {

@@ -34,6 +34,7 @@ type metrics struct {
 	offsetCommits    *prometheus.CounterVec   // pin_consumer_offset_commits_total{trigger,result}
 	infraErrors      *prometheus.CounterVec   // pin_consumer_infrastructure_errors_total{cause}
 	schemaBehind     prometheus.Gauge         // pin_consumer_schema_behind
+	dlqMissing       prometheus.Gauge         // pin_consumer_dlq_partitions_missing
 
 	specDuration  prometheus.Observer
 	specDLQ       *prometheus.CounterVec
@@ -101,10 +102,14 @@ func newMetrics(reg prometheus.Registerer, svc Service, lagSource func(context.C
 			Name: "pin_consumer_schema_behind",
 			Help: "1 while the database lacks the newest migration the binary was built with: the consumer does not join its group until `pinctl migrate apply` ran.",
 		}),
+		dlqMissing: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "pin_consumer_dlq_partitions_missing",
+			Help: "Source partitions the DLQ topic lacks (partitions added to the source only): their dead letters go to DLQ partition (number modulo the DLQ's partitions). 0 when the DLQ has as many as its source.",
+		}),
 	}
 	g.MustRegister(m.messages, m.duration, m.retries, m.dlq, m.parked, m.paused, m.inFlight,
 		m.lag, m.contractMismatch, m.unknownType, m.batchSize, m.batchReruns, m.sharedRuns, m.offsetCommits,
-		m.infraErrors, m.schemaBehind)
+		m.infraErrors, m.schemaBehind, m.dlqMissing)
 	for _, cause := range InfrastructureCauses {
 		m.infraErrors.WithLabelValues(cause)
 	}

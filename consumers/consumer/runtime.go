@@ -291,6 +291,7 @@ func (r *Runtime) Run(ctx context.Context) error {
 	if r.dlq, err = newDLQProducer(r.kafkaConfig(nil), r.svc, r.log); err != nil {
 		return &ConfigError{Var: "KAFKA_*", Err: err}
 	}
+	r.dlq.missing = func(n int) { r.m.dlqMissing.Set(float64(n)) }
 	defer r.dlq.close()
 
 	if err := r.checkTopics(ctx); err != nil {
@@ -377,17 +378,17 @@ func (r *Runtime) closeConsumer() {
 }
 
 // checkTopics verifies the source and DLQ topics exist (the consumers never
-// create topics) and the DLQ has as many partitions as the source.
+// create topics). A DLQ with fewer partitions than its source is reported
+// (a warning, pin_consumer_dlq_partitions_missing), not refused: its dead
+// letters of the partitions it lacks go to others (dlqProducer.partitionFor).
 func (r *Runtime) checkTopics(ctx context.Context) error {
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		src, errSrc := r.partitions(r.svc.Topic)
 		dlq, errDLQ := r.partitions(r.svc.DLQTopic)
 		err := errors.Join(errSrc, errDLQ)
-		if err == nil && dlq < src {
-			err = fmt.Errorf("DLQ topic %s has %d partitions, source %s has %d: a DLQ needs as many as its source", r.svc.DLQTopic, dlq, r.svc.Topic, src)
-		}
 		if err == nil {
+			r.dlq.setPartitions(dlq, src)
 			return nil
 		}
 		if time.Now().After(deadline) || ctx.Err() != nil {
@@ -460,6 +461,7 @@ func (r *Runtime) rebalance(c *kafka.Consumer, ev kafka.Event) error {
 			_ = c.Resume(e.Partitions)
 		}
 		for _, tp := range e.Partitions {
+			r.dlq.sourcePartition(tp.Partition)
 			r.startWorker(tp)
 		}
 		r.joined.Store(true)

@@ -14,6 +14,7 @@
 package kafkatest
 
 import (
+	"context"
 	"fmt"
 	"sort"
 	"testing"
@@ -347,4 +348,33 @@ func Eventually(t testing.TB, timeout time.Duration, cond func() bool, msg strin
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+// AddPartitions grows topic to total partitions, as `kafka-topics --alter
+// --partitions` does (kfake only: the mock cluster has no admin API).
+func (c *Cluster) AddPartitions(t testing.TB, topic string, total int) {
+	t.Helper()
+	if c.fake == nil {
+		t.Fatalf("kafkatest: AddPartitions needs kfake")
+	}
+	cm := c.Config(nil)
+	admin, err := kafka.NewAdminClient(&cm)
+	if err != nil {
+		t.Fatalf("kafkatest: admin client: %v", err)
+	}
+	defer admin.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	res, err := admin.CreatePartitions(ctx, []kafka.PartitionsSpecification{{Topic: topic, IncreaseTo: total}})
+	if err == nil && len(res) == 1 && res[0].Error.Code() != kafka.ErrNoError {
+		err = res[0].Error
+	}
+	if err != nil {
+		t.Fatalf("kafkatest: add partitions to %s: %v", topic, err)
+	}
+	// The cluster's producer learns of them on its next metadata request.
+	Eventually(t, 30*time.Second, func() bool {
+		md, err := c.producer.GetMetadata(&topic, false, 5000)
+		return err == nil && len(md.Topics[topic].Partitions) == total
+	}, "the producer to see the new partitions")
 }
