@@ -97,7 +97,9 @@ func TestADeadLetterOfAPartitionTheDLQLacksGoesToOneItHas(t *testing.T) {
 		t.Fatalf("dlq_partitions_missing = %v before the source grew, want 0", got)
 	}
 	e.cluster.AddPartitions(t, probeTopic, 5)
-	kafkatest.Eventually(t, 60*time.Second, func() bool { return len(e.cluster.Committed(t, probeGroup, probeTopic)) == 5 || r.Counter("pin_consumer_dlq_partitions_missing", nil) == 2 }, "the consumer to take the new partitions")
+	kafkatest.Eventually(t, 60*time.Second, func() bool {
+		return len(e.cluster.Committed(t, probeGroup, probeTopic)) == 5 || r.Counter("pin_consumer_dlq_partitions_missing", nil) == 2
+	}, "the consumer to take the new partitions")
 	for _, p := range []int32{3, 4, 0} {
 		e.produce(p, []byte("not an envelope"))
 		_, ok := envelope(leadID, "")
