@@ -27,6 +27,13 @@ type Config struct {
 
 	BatchSize    int           // CONSUMER_BATCH_SIZE: messages of one partition per transaction (default 64)
 	QueueSize    int           // CONSUMER_QUEUE_SIZE: messages buffered per partition before it is paused (default 256)
+	// QueueBytes (CONSUMER_QUEUE_BYTES): what a partition's messages may
+	// hold, queued or in a transaction, before it is paused (default
+	// DefaultQueueBytes). TransactionBytes (CONSUMER_TRANSACTION_BYTES):
+	// what one transaction's messages may hold (default
+	// DefaultTransactionBytes). A larger message still goes, alone.
+	QueueBytes       int64
+	TransactionBytes int64
 	DrainTimeout time.Duration // CONSUMER_DRAIN_TIMEOUT: budget to finish in-flight work on revoke and shutdown (default 10s)
 	StuckAfter   time.Duration // CONSUMER_STUCK_AFTER: /readyz fails when a partition with work made no progress for this long (default 2m)
 	ParkedPoll   time.Duration // CONSUMER_PARKED_POLL: how often parked messages are looked for (default 1s, scaled)
@@ -79,6 +86,17 @@ const _ = uint(MaxParamsPerKey - 7)
 // the rate and most of the saving).
 const DefaultTransactions = 2
 
+// DefaultQueueBytes and DefaultTransactionBytes bound the memory that
+// messages hold (keys, values, headers) per partition and per transaction.
+// At the events' usual size (about 1 KB) the message counts bind first
+// (256 queued are ~256 KB); they matter for large records, which Kafka
+// takes up to about 1 MiB each: 256 of those queued behind one that waits
+// would be 256 MiB a partition.
+const (
+	DefaultQueueBytes       = 2 << 20
+	DefaultTransactionBytes = 2 << 20
+)
+
 // ConfigError is a missing or invalid setting; the process exits 2.
 type ConfigError struct {
 	Var string
@@ -113,6 +131,9 @@ func ConfigFromEnv(environ []string, defaultHTTP string) (Config, error) {
 		MaxClockSkew:   24 * time.Hour,
 		DBMaxConns:     16,
 		StatementCache: DefaultStatementCache,
+
+		QueueBytes:       DefaultQueueBytes,
+		TransactionBytes: DefaultTransactionBytes,
 
 		Transactions: DefaultTransactions,
 	}
@@ -185,6 +206,18 @@ func ConfigFromEnv(environ []string, defaultHTTP string) (Config, error) {
 	}
 	intVar("CONSUMER_QUEUE_SIZE", &c.QueueSize)
 	intVar("DATABASE_MAX_CONNS", &c.DBMaxConns)
+	bytesVar := func(name string, dst *int64) {
+		if v := env[name]; v != "" {
+			n, err := ParseBytes(v)
+			if err != nil || n < 1 {
+				fail(name, errors.New("is not a size in bytes ≥ 1 (e.g. 2097152, 2MiB, 512KiB)"))
+				return
+			}
+			*dst = n
+		}
+	}
+	bytesVar("CONSUMER_QUEUE_BYTES", &c.QueueBytes)
+	bytesVar("CONSUMER_TRANSACTION_BYTES", &c.TransactionBytes)
 	// The two knobs that CONSUMER_TRANSACTIONS replaced: the shared lanes
 	// carry over, the cap on a partition's own transactions has no meaning
 	// left (every transaction takes a lane).
@@ -213,6 +246,30 @@ func ConfigFromEnv(environ []string, defaultHTTP string) (Config, error) {
 		return c, errors.Join(errs...)
 	}
 	return c, nil
+}
+
+// ParseBytes reads a size: a whole number of bytes, or one with a binary
+// unit (KiB, MiB, GiB; "2MiB").
+func ParseBytes(v string) (int64, error) {
+	v = strings.TrimSpace(v)
+	mult := int64(1)
+	for _, u := range []struct {
+		suffix string
+		mult   int64
+	}{{"KiB", 1 << 10}, {"MiB", 1 << 20}, {"GiB", 1 << 30}} {
+		if n, ok := strings.CutSuffix(v, u.suffix); ok {
+			v, mult = strings.TrimSpace(n), u.mult
+			break
+		}
+	}
+	n, err := strconv.ParseInt(v, 10, 64)
+	if err != nil {
+		return 0, err
+	}
+	if n > (1<<62)/mult {
+		return 0, errors.New("too large")
+	}
+	return n * mult, nil
 }
 
 // scale multiplies a retry delay by RETRY_TIME_SCALE.

@@ -42,6 +42,21 @@ func TestConfigFromEnv(t *testing.T) {
 			t.Fatalf("CONSUMER_PPROF=maybe: %v, want an error naming it", err)
 		}
 	})
+	t.Run("byte budgets", func(t *testing.T) {
+		c, err := ConfigFromEnv(base, "")
+		if err != nil || c.QueueBytes != DefaultQueueBytes || c.TransactionBytes != DefaultTransactionBytes {
+			t.Fatalf("defaults %d/%d, %v", c.QueueBytes, c.TransactionBytes, err)
+		}
+		c, err = ConfigFromEnv(append(base, "CONSUMER_QUEUE_BYTES=8MiB", "CONSUMER_TRANSACTION_BYTES=524288"), "")
+		if err != nil || c.QueueBytes != 8<<20 || c.TransactionBytes != 512<<10 {
+			t.Fatalf("8MiB / 524288: %d/%d, %v", c.QueueBytes, c.TransactionBytes, err)
+		}
+		for _, v := range []string{"0", "-1", "2MB", "lots", "99999999999GiB"} {
+			if _, err := ConfigFromEnv(append(base, "CONSUMER_QUEUE_BYTES="+v), ""); err == nil || !strings.Contains(err.Error(), "CONSUMER_QUEUE_BYTES") || (len(v) > 3 && strings.Contains(err.Error(), v)) {
+				t.Fatalf("CONSUMER_QUEUE_BYTES=%s: %v, want an error naming the variable, not the value", v, err)
+			}
+		}
+	})
 	t.Run("statement cache", func(t *testing.T) {
 		c, err := ConfigFromEnv(base, "")
 		if err != nil || c.StatementCache != DefaultStatementCache {

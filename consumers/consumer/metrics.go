@@ -44,8 +44,14 @@ type metrics struct {
 	lastEventTime atomic.Int64 // unix nanos of the newest CreatedAt processed
 }
 
-func newMetrics(reg prometheus.Registerer, svc Service, lagSource func(context.Context) (time.Time, bool, error)) *metrics {
+// held is what the partitions' messages hold in memory now, in bytes
+// (pin_consumer_held_bytes).
+func newMetrics(reg prometheus.Registerer, svc Service, lagSource func(context.Context) (time.Time, bool, error), held func() float64) *metrics {
 	g := prometheus.WrapRegistererWith(prometheus.Labels{"service": svc.Name}, reg)
+	g.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "pin_consumer_held_bytes",
+		Help: "Bytes (keys, values, headers) of the messages handed to the partitions' workers and not yet done: queued, or in a transaction. Each partition holds at most CONSUMER_QUEUE_BYTES (or one larger message).",
+	}, held))
 	m := &metrics{
 		messages: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "pin_consumer_messages_total", Help: "Messages finished, by event type and outcome (applied, skipped-*, parked, dead-lettered, …).",

@@ -115,6 +115,12 @@ func New(cfg Config, svc Service, client *ent.Client, db *sql.DB, opts Options) 
 	if cfg.QueueSize < cfg.BatchSize {
 		cfg.QueueSize = cfg.BatchSize
 	}
+	if cfg.QueueBytes <= 0 {
+		cfg.QueueBytes = DefaultQueueBytes
+	}
+	if cfg.TransactionBytes <= 0 {
+		cfg.TransactionBytes = DefaultTransactionBytes
+	}
 	if cfg.DrainTimeout <= 0 {
 		cfg.DrainTimeout = 10 * time.Second
 	}
@@ -144,7 +150,7 @@ func New(cfg Config, svc Service, client *ent.Client, db *sql.DB, opts Options) 
 	for _, rt := range svc.Routes {
 		r.commits[rt.EventType] = new(atomic.Int64)
 	}
-	r.sched = newScheduler(cfg.Transactions, sharedLimit*cfg.BatchSize)
+	r.sched = newScheduler(cfg.Transactions, sharedLimit*cfg.BatchSize, cfg.TransactionBytes)
 	if r.reg == nil {
 		r.reg = prometheus.NewRegistry()
 		r.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -170,7 +176,7 @@ func New(cfg Config, svc Service, client *ent.Client, db *sql.DB, opts Options) 
 	if src := svc.Metrics.LagSource; src != nil {
 		lag = func(ctx context.Context) (time.Time, bool, error) { return src(ctx, client) }
 	}
-	r.m = newMetrics(r.reg, svc, lag)
+	r.m = newMetrics(r.reg, svc, lag, r.heldBytes)
 	return r, nil
 }
 
@@ -570,6 +576,17 @@ func (r *Runtime) commitOffsets(trigger string) error {
 		r.m.offsetCommits.WithLabelValues(trigger, "failed").Inc()
 	}
 	return err
+}
+
+// heldBytes sums what the partitions' messages hold (worker.bytes).
+func (r *Runtime) heldBytes() float64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var n int64
+	for _, w := range r.workers {
+		n += w.bytes.Load()
+	}
+	return float64(n)
 }
 
 func (r *Runtime) assigned() []int32 {

@@ -40,12 +40,15 @@ import (
 // (the default) overlap them (bench/README.md).
 
 // sharedLimit × CONSUMER_BATCH_SIZE is how many messages a shared
-// transaction takes at most.
+// transaction takes at most, and CONSUMER_TRANSACTION_BYTES how many bytes
+// of them (a partition's batch is cut at it too; one larger message still
+// goes, alone).
 const sharedLimit = 4
 
 type scheduler struct {
-	lanes int // transactions at once
-	limit int // messages per shared transaction (the leader's own run always goes)
+	lanes int   // transactions at once
+	limit int   // messages per shared transaction (the leader's own run always goes)
+	bytes int64 // and their bytes (CONSUMER_TRANSACTION_BYTES)
 	// tx runs a transaction on the leader's worker: (*worker).tx (a
 	// stand-in in the scheduler's unit tests).
 	tx func(w *worker, items []*item, mode txMode) txResult
@@ -59,14 +62,15 @@ type scheduler struct {
 type request struct {
 	w     *worker
 	items []*item
-	alone bool // runs in a transaction of its own, shared with no one
+	bytes int64 // the items' messages' (messageBytes)
+	alone bool  // runs in a transaction of its own, shared with no one
 	mode  txMode
 	done  chan txResult // how the transaction that took the run ended (for this run)
 	lead  chan struct{} // promoted: the worker leads the next transaction
 }
 
-func newScheduler(lanes, limit int) *scheduler {
-	return &scheduler{lanes: max(lanes, 1), limit: limit, tx: (*worker).tx}
+func newScheduler(lanes, limit int, bytes int64) *scheduler {
+	return &scheduler{lanes: max(lanes, 1), limit: limit, bytes: bytes, tx: (*worker).tx}
 }
 
 // do has w's run committed, alone or in a transaction it may share with
@@ -74,6 +78,11 @@ func newScheduler(lanes, limit int) *scheduler {
 // failed message is one of items.
 func (s *scheduler) do(w *worker, items []*item, alone bool, mode txMode) txResult {
 	req := &request{w: w, items: items, alone: alone, mode: mode, done: make(chan txResult, 1), lead: make(chan struct{}, 1)}
+	for _, it := range items {
+		if it.km != nil {
+			req.bytes += messageBytes(it.km)
+		}
+	}
 	s.mu.Lock()
 	if s.leaders < s.lanes {
 		s.leaders++
@@ -121,13 +130,14 @@ func (s *scheduler) run(own *request) (res txResult) {
 		return txResult{}
 	}
 	group := []*request{own}
-	n := len(own.items)
+	n, b := len(own.items), own.bytes
 	if !own.alone {
 		rest := s.pending[:0]
 		for _, q := range s.pending {
-			if !q.alone && n+len(q.items) <= s.limit {
+			if !q.alone && n+len(q.items) <= s.limit && (s.bytes <= 0 || b+q.bytes <= s.bytes) {
 				group = append(group, q)
 				n += len(q.items)
+				b += q.bytes
 			} else {
 				rest = append(rest, q)
 			}

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/confluentinc/confluent-kafka-go/v2/kafka"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -20,8 +21,8 @@ type schedFixture struct {
 }
 
 func newSchedFixture(t *testing.T) *schedFixture {
-	f := &schedFixture{t: t, s: newScheduler(1, 100), ran: make(chan []*worker, 10), owner: map[*item]*worker{}}
-	f.r = &Runtime{m: newMetrics(prometheus.NewRegistry(), Service{}, nil)}
+	f := &schedFixture{t: t, s: newScheduler(1, 100, 0), ran: make(chan []*worker, 10), owner: map[*item]*worker{}}
+	f.r = &Runtime{m: newMetrics(prometheus.NewRegistry(), Service{}, nil, func() float64 { return 0 })}
 	f.s.tx = func(_ *worker, items []*item, _ txMode) txResult {
 		var ws []*worker
 		for _, it := range items {
@@ -272,4 +273,41 @@ func TestAStoppingWorkerDoesNotLead(t *testing.T) {
 		t.Fatalf("%d lanes taken, want 0", n)
 	}
 	f.noneRan()
+}
+
+// startSized is start for a run of one message of size bytes.
+func (f *schedFixture) startSized(size int) chan txResult {
+	w := newIdleWorker(f.r)
+	f.t.Cleanup(w.cancel)
+	it := &item{km: &kafka.Message{Value: make([]byte, size)}}
+	f.owner[it] = w
+	res := make(chan txResult, 1)
+	go func() { res <- f.s.do(w, []*item{it}, false, txMode{}) }()
+	return res
+}
+
+// CONSUMER_TRANSACTION_BYTES: a leader takes the waiting runs along only
+// while their messages' bytes fit its budget; the others wait for the
+// next transaction.
+func TestASharedTransactionTakesRunsWithinItsByteBudget(t *testing.T) {
+	f := newSchedFixture(t)
+	f.s.bytes = 2 << 20
+	f.s.leaders = 1 // the lane is held
+	var res []chan txResult
+	for i := range 3 {
+		res = append(res, f.startSized(1<<20))
+		f.waitPending(i + 1)
+	}
+	f.handOn() // the first leads, and takes the second: 2 MiB; the third waits
+	if ws := <-f.ran; len(ws) != 2 {
+		t.Fatalf("the first transaction carried %d runs, want 2 (its 2 MiB)", len(ws))
+	}
+	if ws := <-f.ran; len(ws) != 1 {
+		t.Fatalf("the second transaction carried %d runs, want 1", len(ws))
+	}
+	for i, r := range res {
+		if got := <-r; !got.committed {
+			t.Fatalf("run %d = %+v, want committed", i, got)
+		}
+	}
 }

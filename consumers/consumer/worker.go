@@ -14,15 +14,28 @@ import (
 // over: a message's duration (pin_consumer_message_duration_seconds)
 // counts its wait in the queue.
 type queued struct {
-	m  *kafka.Message
-	at time.Time
+	m    *kafka.Message
+	at   time.Time
+	size int64 // messageBytes(m)
+}
+
+// messageBytes is what a message holds in memory for the byte budgets
+// (CONSUMER_QUEUE_BYTES, CONSUMER_TRANSACTION_BYTES): its key, value and
+// headers.
+func messageBytes(m *kafka.Message) int64 {
+	n := len(m.Key) + len(m.Value)
+	for _, h := range m.Headers {
+		n += len(h.Key) + len(h.Value)
+	}
+	return int64(n)
 }
 
 // worker processes one assigned partition, in offset order, on its own
 // goroutine. The poll goroutine feeds it through a bounded queue; when the
-// queue is full the partition is paused and re-sought from the first message
-// it could not take, so a slow or backing-off partition holds no more than
-// QueueSize messages and never blocks the others.
+// queue is full (QueueSize messages, or QueueBytes of them, the batch in
+// hand included) the partition is paused and re-sought from the first
+// message it could not take, so a slow or backing-off partition holds no
+// more than that and never blocks the others.
 type worker struct {
 	r    *Runtime
 	tp   kafka.TopicPartition
@@ -49,6 +62,11 @@ type worker struct {
 	// message's own (an outage, a missing grant, a systemic bug): the poll
 	// goroutine pauses the partition and /readyz reports it.
 	waiting atomic.Pointer[waitState]
+
+	// bytes is what the partition's messages hold from their hand-over
+	// until their batch is done (queued, carried, or in a batch), kept
+	// under CONSUMER_QUEUE_BYTES as len(in) is under CONSUMER_QUEUE_SIZE.
+	bytes atomic.Int64
 
 	paused       atomic.Bool // written by the poll goroutine
 	busy         atomic.Bool
@@ -232,8 +250,23 @@ func (r *Runtime) dispatch(m *kafka.Message) {
 	if w.paused.Load() {
 		return // re-fetched after the seek on resume
 	}
-	select {
-	case w.in <- queued{m, time.Now()}:
+	size := messageBytes(m)
+	// Within the byte budget, or alone: a message larger than the budget
+	// still goes, once the partition holds nothing else.
+	held := w.bytes.Load()
+	fits := held == 0 || held+size <= r.cfg.QueueBytes
+	sent := false
+	if fits {
+		w.bytes.Add(size) // before the hand-over: the worker subtracts it once done
+		select {
+		case w.in <- queued{m, time.Now(), size}:
+			sent = true
+		default:
+			w.bytes.Add(-size)
+		}
+	}
+	switch {
+	case sent:
 		w.lastDispatched = m.TopicPartition.Offset
 	default:
 		tp := m.TopicPartition
@@ -260,7 +293,7 @@ func (r *Runtime) adjustPauses() {
 		switch {
 		case !w.paused.Load() && waiting:
 			hold = append(hold, w)
-		case w.paused.Load() && !waiting && len(w.in) <= cap(w.in)/2:
+		case w.paused.Load() && !waiting && len(w.in) <= cap(w.in)/2 && w.bytes.Load() <= r.cfg.QueueBytes/2:
 			resume = append(resume, w)
 		}
 	}
@@ -308,16 +341,19 @@ func (w *worker) run() {
 		}
 		w.busy.Store(true) // from here: a worker waiting for a lane has work, and /readyz should say so
 		batch = append(batch[:0], q)
-		for len(batch) < w.r.cfg.BatchSize {
+		size := q.size
+		for len(batch) < w.r.cfg.BatchSize && size < w.r.cfg.TransactionBytes {
 			q, ok := w.next(false)
 			if !ok {
 				break
 			}
 			batch = append(batch, q)
+			size += q.size
 		}
 		w.r.m.inFlight.Add(float64(len(batch)))
 		ok = w.handle(batch)
 		w.r.m.inFlight.Sub(float64(len(batch)))
+		w.bytes.Add(-size)
 		w.busy.Store(false)
 		if !ok {
 			return // abandoned: stopping
