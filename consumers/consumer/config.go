@@ -25,8 +25,8 @@ type Config struct {
 	// (package kafkaenv).
 	Kafka kafka.ConfigMap
 
-	BatchSize    int           // CONSUMER_BATCH_SIZE: messages of one partition per transaction (default 64)
-	QueueSize    int           // CONSUMER_QUEUE_SIZE: messages buffered per partition before it is paused (default 256)
+	BatchSize int // CONSUMER_BATCH_SIZE: messages of one partition per transaction (default 64)
+	QueueSize int // CONSUMER_QUEUE_SIZE: messages buffered per partition before it is paused (default 256)
 	// QueueBytes (CONSUMER_QUEUE_BYTES): what a partition's messages may
 	// hold, queued or in a transaction, before it is paused (default
 	// DefaultQueueBytes). TransactionBytes (CONSUMER_TRANSACTION_BYTES):
@@ -34,9 +34,9 @@ type Config struct {
 	// DefaultTransactionBytes). A larger message still goes, alone.
 	QueueBytes       int64
 	TransactionBytes int64
-	DrainTimeout time.Duration // CONSUMER_DRAIN_TIMEOUT: budget to finish in-flight work on revoke and shutdown (default 10s)
-	StuckAfter   time.Duration // CONSUMER_STUCK_AFTER: /readyz fails when a partition with work made no progress for this long (default 2m)
-	ParkedPoll   time.Duration // CONSUMER_PARKED_POLL: how often parked messages are looked for (default 1s, scaled)
+	DrainTimeout     time.Duration // CONSUMER_DRAIN_TIMEOUT: budget to finish in-flight work on revoke and shutdown (default 10s)
+	StuckAfter       time.Duration // CONSUMER_STUCK_AFTER: /readyz fails when a partition with work made no progress for this long (default 2m)
+	ParkedPoll       time.Duration // CONSUMER_PARKED_POLL: how often parked messages are looked for (default 1s, scaled)
 	// MaxClockSkew (MAX_CLOCK_SKEW): a CreatedAt or payload time further
 	// than this in the future makes the message invalid (default 24h).
 	MaxClockSkew time.Duration
