@@ -181,7 +181,9 @@ func TestReplayStreamsWithinItsBound(t *testing.T) {
 		k := string(m.Key)
 		seen[k]++
 		var i int
-		fmt.Sscanf(k, "k%d", &i)
+		if _, err := fmt.Sscanf(k, "k%d", &i); err != nil {
+			t.Fatalf("replayed a message with key %q", k)
+		}
 		if p := m.TopicPartition.Partition; i < last[p] {
 			t.Errorf("partition %d: %s after k%d, out of order", p, k, last[p])
 		} else {

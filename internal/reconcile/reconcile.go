@@ -191,7 +191,7 @@ func ParseCount(body []byte) (int64, error) {
 		return 0, fmt.Errorf("neither a number nor a Prometheus answer: %w", err)
 	}
 	if q.Status != "success" {
-		return 0, fmt.Errorf("Prometheus answered %s: %s", term.Printable(q.Status), term.Printable(q.Error))
+		return 0, fmt.Errorf("the Prometheus query answered %s: %s", term.Printable(q.Status), term.Printable(q.Error))
 	}
 	var sample [2]any // [time, "value"]
 	switch q.Data.ResultType {
@@ -200,7 +200,7 @@ func ParseCount(body []byte) (int64, error) {
 			Value [2]any `json:"value"`
 		}
 		if err := json.Unmarshal(q.Data.Result, &v); err != nil {
-			return 0, fmt.Errorf("Prometheus vector: %w", err)
+			return 0, fmt.Errorf("the Prometheus vector: %w", err)
 		}
 		if len(v) != 1 {
 			return 0, fmt.Errorf("the Prometheus query returned %d series, want 1 (aggregate it: sum(…))", len(v))
@@ -208,7 +208,7 @@ func ParseCount(body []byte) (int64, error) {
 		sample = v[0].Value
 	case "scalar":
 		if err := json.Unmarshal(q.Data.Result, &sample); err != nil {
-			return 0, fmt.Errorf("Prometheus scalar: %w", err)
+			return 0, fmt.Errorf("the Prometheus scalar: %w", err)
 		}
 	default:
 		return 0, fmt.Errorf("the Prometheus query returned a %s, want a vector of one series", term.Printable(q.Data.ResultType))
