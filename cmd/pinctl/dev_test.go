@@ -21,7 +21,7 @@ func TestDevOnceReachesTheScenarioOutcome(t *testing.T) {
 	bin := builtBinaries(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, filepath.Join(bin, "pinctl"), "dev", "--once", "--events", "300", "--data", t.TempDir())
+	cmd := exec.CommandContext(ctx, filepath.Join(bin, "pinctl"), "dev", "--once", "--events", "300", "--data", t.TempDir(), "--yes")
 	var env []string
 	for _, kv := range os.Environ() {
 		if !strings.HasPrefix(kv, "KAFKA_") && !strings.HasPrefix(kv, "DATABASE_URL=") {

@@ -135,7 +135,7 @@ func dlqReplayCmd(ctx context.Context, args []string, stdin io.Reader, stdout, s
 	dryRun := fs.Bool("dry-run", false, "print what would be replayed; produce nothing")
 	yes := fs.Bool("yes", false, "do not ask for confirmation")
 	maxReplays := fs.Int("max-replays", 3, "refuse a message whose x-replay-count is already this or more")
-	timeout := fs.Duration("timeout", time.Minute, "how long to wait for every delivery to be confirmed")
+	timeout := fs.Duration("timeout", time.Minute, "how long to wait for each delivery to be confirmed")
 	if _, err := parseArgs(fs, args, 0, 0); err != nil {
 		return err
 	}

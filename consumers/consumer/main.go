@@ -62,6 +62,10 @@ func Main(ctx context.Context, environ []string, stderr io.Writer, defaultHTTP s
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	svc := build(reg)
+	if err := GaugeIntervalsFromEnv(environ, &svc); err != nil {
+		fmt.Fprintf(stderr, "configuration: %s\n", strings.ReplaceAll(err.Error(), "\n", "; "))
+		return ExitConfig
+	}
 	slog := log.With().Str("service", svc.Name).Logger() // New adds service to the runtime's own
 
 	shutdownTracing, err := setupTracing(ctx, environ, svc.Name)

@@ -72,6 +72,8 @@ type Runtime struct {
 	// CONSUMER_TRANSACTIONS at once, sharing them between partitions.
 	sched *scheduler
 
+	gauges []*gauge // Service.Gauges, computed by runGauge
+
 	// commits holds, per route (EventType), when a message last committed
 	// with its handler's effect (unix nanos): the evidence that an
 	// unexpected failure is a message's own (processOne, the re-driver).
@@ -177,6 +179,13 @@ func New(cfg Config, svc Service, client *ent.Client, db *sql.DB, opts Options) 
 		lag = func(ctx context.Context) (time.Time, bool, error) { return src(ctx, client) }
 	}
 	r.m = newMetrics(r.reg, svc, lag, r.heldBytes)
+	for _, g := range svc.Gauges {
+		c, err := newGauge(r.reg, g)
+		if err != nil {
+			return nil, err
+		}
+		r.gauges = append(r.gauges, c)
+	}
 	return r, nil
 }
 
@@ -331,6 +340,10 @@ func (r *Runtime) Run(ctx context.Context) error {
 	}
 	bg.Add(1)
 	go func() { defer bg.Done(); r.redriveLoop(ctx) }()
+	for _, g := range r.gauges {
+		bg.Add(1)
+		go func() { defer bg.Done(); r.runGauge(ctx, g) }()
+	}
 
 	if err := c.Subscribe(r.svc.Topic, r.rebalance); err != nil {
 		return fmt.Errorf("subscribe %s: %w", r.svc.Topic, err)

@@ -63,6 +63,9 @@ type Service struct {
 	Describe func(ctx context.Context, client *ent.Client, m *Message) func(*zerolog.Event)
 
 	Metrics SpecMetrics
+	// Gauges are computed from the database on a schedule of their own,
+	// beside the messages (PeriodicGauge).
+	Gauges []PeriodicGauge
 }
 
 // SpecMetrics names the spec's own metric families that the runtime feeds.

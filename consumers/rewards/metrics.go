@@ -3,16 +3,19 @@ package rewards
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/pin-platform/pin/consumers/consumer"
 	"github.com/pin-platform/pin/ent"
 )
 
 // Metric names of the spec's Observability section. The runtime feeds the
-// first four (consumer.SpecMetrics); this package feeds the last two, after
-// the transaction committed.
+// first four (consumer.SpecMetrics); this package feeds the next two, after
+// the transaction committed, and MetricBondReplicas through the runtime's
+// schedule (consumer.PeriodicGauge).
 const (
 	MetricConsumeDurationMs = "rewards_referral_bonds_consume_duration_ms"
 	MetricDLQ               = "rewards_referral_bonds_dlq_total"
@@ -20,7 +23,17 @@ const (
 	MetricLagSeconds        = "rewards_referral_bonds_lag_seconds"
 	MetricStaleEvents       = "rewards_bond_replica_stale_events_total"
 	MetricUnknownStatus     = "rewards_bond_unknown_status_total"
+	// MetricBondReplicas{status} is the replica's bonds by status, counted
+	// from the database every REWARDS_RECONCILE_INTERVAL (the replica's half
+	// of the reconciliation with the referral service), with
+	// MetricBondReplicas+"_timestamp_seconds" and +"_errors_total"
+	// (consumer.PeriodicGauge). Only Active is counted: the partial unique
+	// index answers it, the closed bonds would take a scan of the table.
+	MetricBondReplicas = "rewards_bond_replicas"
 )
+
+// ReconcileIntervalVar is the schedule of MetricBondReplicas (default 1m).
+const ReconcileIntervalVar = "REWARDS_RECONCILE_INTERVAL"
 
 type metrics struct {
 	stale         *prometheus.CounterVec // {event_type}
@@ -43,6 +56,55 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		m.stale.WithLabelValues(t.String()) // at 0 from the start
 	}
 	return m
+}
+
+// Querier is what CountActive reads with: an *ent.Client or a *sql.DB.
+type Querier interface {
+	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
+}
+
+const countActiveSQL = `SELECT count(*) FROM referral_bond_replicas WHERE status = 'Active'`
+
+// CountActive is the number of Active bonds in the replica: one count that
+// the partial unique index ux_referral_bond_replicas_referred_active
+// answers, whatever the number of closed bonds. The predicate is a literal,
+// not a parameter, so that even a generic (prepared) plan can use that
+// index.
+func CountActive(ctx context.Context, q Querier) (int64, error) {
+	rows, err := q.QueryContext(ctx, countActiveSQL)
+	if err != nil {
+		return 0, err
+	}
+	defer rows.Close()
+	var n int64
+	if !rows.Next() {
+		if err := rows.Err(); err != nil {
+			return 0, err
+		}
+		return 0, errors.New("count of Active bonds: no row")
+	}
+	if err := rows.Scan(&n); err != nil {
+		return 0, err
+	}
+	return n, rows.Err()
+}
+
+// bondReplicas is the PeriodicGauge of MetricBondReplicas.
+func bondReplicas() consumer.PeriodicGauge {
+	return consumer.PeriodicGauge{
+		Name:        MetricBondReplicas,
+		Help:        "Bonds of the replica by status, counted from referral_bond_replicas every " + ReconcileIntervalVar + " (Active only: compared with the referral service's count).",
+		Label:       "status",
+		IntervalVar: ReconcileIntervalVar,
+		Interval:    time.Minute,
+		Compute: func(ctx context.Context, client *ent.Client) (map[string]float64, error) {
+			n, err := CountActive(ctx, client)
+			if err != nil {
+				return nil, err
+			}
+			return map[string]float64{string(StatusActive): float64(n)}, nil
+		},
+	}
 }
 
 // lastSyncedAt is the lag gauge's source: max(synced_at), the event time of

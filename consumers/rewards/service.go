@@ -87,5 +87,6 @@ func New(reg prometheus.Registerer) consumer.Service {
 			Lag:              MetricLagSeconds,
 			LagSource:        lastSyncedAt,
 		},
+		Gauges: []consumer.PeriodicGauge{bondReplicas()},
 	}
 }

@@ -148,6 +148,13 @@ func read(ctx context.Context, brokers, topic string, f Filter, fn func(*record)
 	if err != nil {
 		return err
 	}
+	return readRanges(ctx, c, topic, rs, f, fn)
+}
+
+// readRanges is read over ranges rs (of ranges, for c): a second read of
+// the same rs sees the same messages, none produced since. readTimeout
+// bounds each wait for the next message, not the time fn takes.
+func readRanges(ctx context.Context, c *kafka.Consumer, topic string, rs []partitionRange, f Filter, fn func(*record) bool) error {
 	for _, r := range rs {
 		if r.start >= r.end {
 			continue
@@ -181,8 +188,11 @@ func read(ctx context.Context, brokers, topic string, f Filter, fn func(*record)
 				next = off + 1
 				rec := &record{Partition: r.partition, Offset: off, Timestamp: ev.Timestamp,
 					Key: ev.Key, Value: ev.Value, Headers: ev.Headers}
-				if f.match(rec) && !fn(rec) {
-					return nil
+				if f.match(rec) {
+					if !fn(rec) {
+						return nil
+					}
+					last = time.Now() // fn's own time is not a wait for the broker
 				}
 			case kafka.PartitionEOF:
 				// The end of the log: with gaps in the offsets (compaction,

@@ -24,7 +24,7 @@ type ReplayOptions struct {
 	Filter         Filter
 	DryRun         bool             // print what would be replayed; produce nothing
 	MaxReplays     int              // refuse a message whose x-replay-count is already ≥ this (≥ 1)
-	Timeout        time.Duration    // for every delivery to be confirmed; 0: a minute
+	Timeout        time.Duration    // for each delivery to be confirmed; 0: a minute
 	Now            func() time.Time // the clock of x-replayed-at; nil: time.Now
 	// Confirm is asked once the selection is known and the plan printed
 	// (not in a dry run); nil: no question.
@@ -32,6 +32,11 @@ type ReplayOptions struct {
 	// Progress, when not nil, is called as deliveries are confirmed, with
 	// how many of the total are done and the counts so far.
 	Progress func(done, total int, so Counts)
+	// InFlight bounds the messages produced and awaiting their delivery
+	// report, the only ones a replay holds (0: DefaultInFlight).
+	InFlight int
+
+	held func(n int) // tests: called with the number held whenever it changes
 }
 
 // Counts is what a replay did; String is the line `dlq replay` ends with.
@@ -169,18 +174,63 @@ func describeJob(r *record, m *kafka.Message) string {
 	return s
 }
 
+// verdict is what a replay does with a selected DLQ message.
+type verdict int
+
+const (
+	replayIt verdict = iota
+	refuseIt
+	failIt
+)
+
+// judge decides on a selected DLQ message: the message it is replayed as,
+// or why it is refused or fails (the line to print).
+func judge(r *record, o ReplayOptions, now time.Time) (*kafka.Message, verdict, string) {
+	if why := valueMissing(r); why != "" {
+		return nil, refuseIt, fmt.Sprintf("refused  %s: %s, and replayed it would be a tombstone on its source topic; %s",
+			describeJob(r, nil), why, recoveryHint(r, o.Brokers))
+	}
+	n, err := r.replayCount()
+	if err != nil {
+		return nil, failIt, fmt.Sprintf("failed   %s: %s", describeJob(r, nil), term.Printable(err.Error()))
+	}
+	if n >= o.MaxReplays {
+		return nil, refuseIt, fmt.Sprintf("refused  %s: replayed %d time(s) already (--max-replays %d)", describeJob(r, nil), n, o.MaxReplays)
+	}
+	m, err := replayMessage(r, n+1, now)
+	if err == nil && *m.TopicPartition.Topic == o.Topic {
+		err = errors.New("its source topic is the DLQ topic itself")
+	}
+	if err != nil {
+		return nil, failIt, fmt.Sprintf("failed   %s: cannot replay: %s", describeJob(r, nil), term.Printable(err.Error()))
+	}
+	return m, replayIt, fmt.Sprintf("would replay %s (%s %d)", describeJob(r, m), HeaderReplayCount, n+1)
+}
+
+// DefaultInFlight is ReplayOptions.InFlight's default.
+const DefaultInFlight = 1000
+
 // Replay re-produces the selected messages of a DLQ topic to their source
 // topic (x-source-topic) and original partition (x-original-partition),
 // with the original key, value and headers less the DLQ's own and with
 // x-replay-count (previous + 1) and x-replayed-at, through an idempotent
-// producer (acks=all), and waits for every delivery report. It selects
-// first, prints the plan and asks o.Confirm, then produces. A message
+// producer (acks=all), and waits for every delivery report. A message
 // replayed MaxReplays times already, or without its value (it would be a
 // tombstone), is refused and counted, and its line says why (and where the
 // original is). Lines about refused, failed and (in a dry run) every
 // message go to out. The error is nil when the read succeeded and every
 // delivery was confirmed; a refused or failed message is not an error, the
 // counts say it.
+//
+// It reads the DLQ twice, over the same offsets (the high watermarks of
+// when it began): once to select, count and print the plan before o.Confirm
+// is asked, once to produce each message as it is read. It holds no more
+// than o.InFlight messages at a time (those awaiting their delivery
+// report), whatever the DLQ's size, and each wait — for the next message of
+// the DLQ, for a delivery report — has a deadline of its own (readTimeout,
+// o.Timeout), none the whole replay: a large DLQ replays fully. A DLQ read
+// by no group has no progress to commit: a replay cut short is run again
+// (a message replayed twice is a duplicate the consumers skip).
 func Replay(ctx context.Context, o ReplayOptions, out io.Writer) (Counts, error) {
 	var c Counts
 	if o.MaxReplays < 1 {
@@ -189,60 +239,62 @@ func Replay(ctx context.Context, o ReplayOptions, out io.Writer) (Counts, error)
 	if o.Timeout <= 0 {
 		o.Timeout = time.Minute
 	}
+	if o.InFlight <= 0 {
+		o.InFlight = DefaultInFlight
+	}
 	now := time.Now
 	if o.Now != nil {
 		now = o.Now
 	}
+	reader, err := newReader(o.Brokers)
+	if err != nil {
+		return c, fmt.Errorf("dlq replay: %w", err)
+	}
+	defer kafkaenv.CloseConsumer(reader)
+	rs, err := ranges(reader, o.Topic, o.Filter)
+	if err != nil {
+		return c, fmt.Errorf("dlq replay: %w", err)
+	}
 
-	// Select first: the counts are known before anything is produced, and
-	// a message replayed into a topic that is also read here (a DLQ whose
-	// source is itself) cannot be picked up twice.
-	var jobs []replayJob
-	err := read(ctx, o.Brokers, o.Topic, o.Filter, func(r *record) bool {
+	// Select first: the counts and targets are known before anything is
+	// produced, and the second read stops at the same offsets, so that a
+	// message replayed into a topic that is also read here cannot be
+	// picked up twice.
+	targets := map[string]map[int32]bool{}
+	jobs := 0
+	err = readRanges(ctx, reader, o.Topic, rs, o.Filter, func(r *record) bool {
 		c.Selected++
-		if why := valueMissing(r); why != "" {
+		m, v, line := judge(r, o, now())
+		switch v {
+		case refuseIt:
 			c.Refused++
-			fmt.Fprintf(out, "refused  %s: %s, and replayed it would be a tombstone on its source topic; %s\n",
-				describeJob(r, nil), why, recoveryHint(r, o.Brokers))
-			return true
-		}
-		n, err := r.replayCount()
-		if err != nil {
+		case failIt:
 			c.Failed++
-			fmt.Fprintf(out, "failed   %s: %s\n", describeJob(r, nil), term.Printable(err.Error()))
-			return true
+		case replayIt:
+			jobs++
+			t := *m.TopicPartition.Topic
+			if targets[t] == nil {
+				targets[t] = map[int32]bool{}
+			}
+			targets[t][m.TopicPartition.Partition] = true
+			if !o.DryRun {
+				return true
+			}
 		}
-		if n >= o.MaxReplays {
-			c.Refused++
-			fmt.Fprintf(out, "refused  %s: replayed %d time(s) already (--max-replays %d)\n", describeJob(r, nil), n, o.MaxReplays)
-			return true
-		}
-		m, err := replayMessage(r, n+1, now())
-		if err == nil && *m.TopicPartition.Topic == o.Topic {
-			err = errors.New("its source topic is the DLQ topic itself")
-		}
-		if err != nil {
-			c.Failed++
-			fmt.Fprintf(out, "failed   %s: cannot replay: %s\n", describeJob(r, nil), term.Printable(err.Error()))
-			return true
-		}
-		if o.DryRun {
-			fmt.Fprintf(out, "would replay %s (%s %d)\n", describeJob(r, m), HeaderReplayCount, n+1)
-		}
-		jobs = append(jobs, replayJob{from: r, msg: m})
+		fmt.Fprintln(out, line)
 		return true
 	})
 	if err != nil {
 		return c, fmt.Errorf("dlq replay: %w", err)
 	}
 	if o.DryRun {
-		c.Replayed = len(jobs)
+		c.Replayed = jobs
 		return c, nil
 	}
-	if len(jobs) == 0 {
+	if jobs == 0 {
 		return c, nil
 	}
-	plan := fmt.Sprintf("replay %d message(s) from %s to %s", len(jobs), o.Topic, replayTargets(jobs))
+	plan := fmt.Sprintf("replay %d message(s) from %s to %s", jobs, o.Topic, replayTargets(targets))
 	if c.Refused+c.Failed > 0 {
 		plan += fmt.Sprintf(" (not the %d refused and %d failed above)", c.Refused, c.Failed)
 	}
@@ -256,32 +308,42 @@ func Replay(ctx context.Context, o ReplayOptions, out io.Writer) (Counts, error)
 			return c, errors.New("dlq replay: not confirmed: nothing produced")
 		}
 	}
-	delivered, failed, err := produceReplays(ctx, o.Brokers, jobs, o.Timeout, out, func(ok, bad int) {
+
+	p, err := newReplayProducer(o, out, func(ok, bad int) {
 		if o.Progress != nil {
 			so := c
 			so.Replayed, so.Failed = c.Replayed+ok, c.Failed+bad
-			o.Progress(ok+bad, len(jobs), so)
+			o.Progress(ok+bad, jobs, so)
 		}
 	})
-	c.Replayed += delivered
-	c.Failed += failed
+	if err != nil {
+		return c, fmt.Errorf("dlq replay: %w", err)
+	}
+	defer p.close()
+	var sendErr error
+	err = readRanges(ctx, reader, o.Topic, rs, o.Filter, func(r *record) bool {
+		m, v, _ := judge(r, o, now())
+		if v != replayIt {
+			return true // counted and printed by the selection
+		}
+		sendErr = p.send(ctx, &replayJob{from: r, msg: m})
+		return sendErr == nil
+	})
+	err = errors.Join(err, sendErr)
+	if err == nil {
+		err = p.drain(ctx)
+	}
+	c.Replayed += p.ok
+	c.Failed += p.bad + p.pending // a delivery not confirmed is not delivered
 	if err != nil {
 		return c, fmt.Errorf("dlq replay: %w", err)
 	}
 	return c, nil
 }
 
-// replayTargets names the topics and partitions jobs go to:
+// replayTargets names the topics and partitions messages go to:
 // "pin.a.v1 partitions 0, 2", several topics joined by "; ".
-func replayTargets(jobs []replayJob) string {
-	parts := map[string]map[int32]bool{}
-	for _, j := range jobs {
-		t := *j.msg.TopicPartition.Topic
-		if parts[t] == nil {
-			parts[t] = map[int32]bool{}
-		}
-		parts[t][j.msg.TopicPartition.Partition] = true
-	}
+func replayTargets(parts map[string]map[int32]bool) string {
 	var out []string
 	for _, t := range slices.Sorted(maps.Keys(parts)) {
 		var ps []string
@@ -297,22 +359,31 @@ func replayTargets(jobs []replayJob) string {
 	return strings.Join(out, "; ")
 }
 
-// produceReplays produces jobs in order and waits for each delivery report
-// (within timeout). It returns how many were delivered and how many failed;
-// the error says the wait was cut short (ctx, timeout) or the producer
-// could not be created.
-func produceReplays(ctx context.Context, brokers string, jobs []replayJob, timeout time.Duration, out io.Writer, progress func(ok, bad int)) (ok, bad int, err error) {
-	p, err := kafka.NewProducer(kafkaenv.Client(brokers, kafka.ConfigMap{
+// replayProducer produces replayed messages and counts their delivery
+// reports, with at most inFlight of them awaiting one.
+type replayProducer struct {
+	p        *kafka.Producer
+	reports  chan kafka.Event
+	out      io.Writer
+	timeout  time.Duration // one wait for a delivery report
+	inFlight int
+	progress func(ok, bad int)
+	held     func(n int) // ReplayOptions.held
+
+	pending, ok, bad int
+}
+
+func newReplayProducer(o ReplayOptions, out io.Writer, progress func(ok, bad int)) (*replayProducer, error) {
+	p, err := kafka.NewProducer(kafkaenv.Client(o.Brokers, kafka.ConfigMap{
 		"enable.idempotence":   true,
 		"acks":                 "all",
 		"linger.ms":            5,
-		"message.timeout.ms":   int(timeout / time.Millisecond),
+		"message.timeout.ms":   int(o.Timeout / time.Millisecond),
 		"log.connection.close": false,
 	}))
 	if err != nil {
-		return 0, 0, fmt.Errorf("kafka producer: %w", err)
+		return nil, fmt.Errorf("kafka producer: %w", err)
 	}
-	defer p.Close()
 	go func() { // events not tied to a delivery channel: errors, logs
 		for ev := range p.Events() {
 			if e, isErr := ev.(kafka.Error); isErr && e.IsFatal() {
@@ -320,66 +391,86 @@ func produceReplays(ctx context.Context, brokers string, jobs []replayJob, timeo
 			}
 		}
 	}()
+	held := o.held
+	if held == nil {
+		held = func(int) {}
+	}
+	return &replayProducer{p: p, reports: make(chan kafka.Event, o.InFlight), out: out, timeout: o.Timeout,
+		inFlight: o.InFlight, progress: progress, held: held}, nil
+}
 
-	reports := make(chan kafka.Event, len(jobs))
-	deadline := time.NewTimer(timeout + 5*time.Second) // librdkafka reports a timeout itself first
+func (rp *replayProducer) close() { rp.p.Close() }
+
+// send produces j once fewer than inFlight messages await their report
+// (waiting for one, within its own deadline, when as many do).
+func (rp *replayProducer) send(ctx context.Context, j *replayJob) error {
+	for rp.pending >= rp.inFlight {
+		if err := rp.wait(ctx); err != nil {
+			return err
+		}
+	}
+	j.msg.Opaque = j
+	for {
+		err := rp.p.Produce(j.msg, rp.reports)
+		if err == nil {
+			rp.pending++
+			rp.held(rp.pending)
+			return nil
+		}
+		var ke kafka.Error
+		if errors.As(err, &ke) && ke.Code() == kafka.ErrQueueFull && rp.pending > 0 {
+			if err := rp.wait(ctx); err != nil {
+				return err
+			}
+			continue
+		}
+		rp.bad++
+		fmt.Fprintf(rp.out, "failed   %s: %s\n", describeJob(j.from, j.msg), term.Printable(err.Error()))
+		rp.progress(rp.ok, rp.bad)
+		return nil
+	}
+}
+
+// drain waits for every outstanding report, each within its own deadline.
+func (rp *replayProducer) drain(ctx context.Context) error {
+	for rp.pending > 0 {
+		if err := rp.wait(ctx); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// wait takes one delivery report. librdkafka reports a message it could
+// not deliver within message.timeout.ms itself; the deadline here is for a
+// producer that reports nothing at all.
+func (rp *replayProducer) wait(ctx context.Context) error {
+	deadline := time.NewTimer(rp.timeout + 5*time.Second)
 	defer deadline.Stop()
-	pending := 0
-	report := func(ev kafka.Event) {
-		pending--
+	select {
+	case ev := <-rp.reports:
+		rp.pending--
+		rp.held(rp.pending)
 		m, isMsg := ev.(*kafka.Message)
-		if !isMsg {
-			bad++
-			fmt.Fprintf(out, "failed   unexpected delivery event %v\n", ev)
-		} else if m.TopicPartition.Error != nil {
-			bad++
-			j, _ := m.Opaque.(*replayJob)
+		switch {
+		case !isMsg:
+			rp.bad++
+			fmt.Fprintf(rp.out, "failed   unexpected delivery event %v\n", ev)
+		case m.TopicPartition.Error != nil:
+			rp.bad++
 			what := "a message"
-			if j != nil {
+			if j, _ := m.Opaque.(*replayJob); j != nil {
 				what = describeJob(j.from, j.msg)
 			}
-			fmt.Fprintf(out, "failed   %s: %s\n", what, term.Printable(m.TopicPartition.Error.Error()))
-		} else {
-			ok++
+			fmt.Fprintf(rp.out, "failed   %s: %s\n", what, term.Printable(m.TopicPartition.Error.Error()))
+		default:
+			rp.ok++
 		}
-		progress(ok, bad)
+		rp.progress(rp.ok, rp.bad)
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-deadline.C:
+		return fmt.Errorf("no delivery report within %s, %d deliveries not confirmed", rp.timeout+5*time.Second, rp.pending)
 	}
-	wait := func() error {
-		select {
-		case ev := <-reports:
-			report(ev)
-			return nil
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-deadline.C:
-			return fmt.Errorf("%d deliveries not confirmed within %s", pending, timeout)
-		}
-	}
-	for i := range jobs {
-		jobs[i].msg.Opaque = &jobs[i]
-		for {
-			perr := p.Produce(jobs[i].msg, reports)
-			if perr == nil {
-				pending++
-				break
-			}
-			var ke kafka.Error
-			if errors.As(perr, &ke) && ke.Code() == kafka.ErrQueueFull && pending > 0 {
-				if err := wait(); err != nil {
-					return ok, bad + pending, err
-				}
-				continue
-			}
-			bad++
-			fmt.Fprintf(out, "failed   %s: %s\n", describeJob(jobs[i].from, jobs[i].msg), term.Printable(perr.Error()))
-			progress(ok, bad)
-			break
-		}
-	}
-	for pending > 0 {
-		if err := wait(); err != nil {
-			return ok, bad + pending, err
-		}
-	}
-	return ok, bad, nil
 }

@@ -154,3 +154,45 @@ func TestReplay(t *testing.T) {
 	})
 
 }
+
+// A DLQ larger than the bound of messages a replay holds replays fully,
+// each message once and in order, without ever holding more than the
+// bound: the replay streams.
+func TestReplayStreamsWithinItsBound(t *testing.T) {
+	t.Parallel()
+	const n, bound = 60, 7
+	var dls []dlqtest.DeadLetter
+	for i := range n {
+		dls = append(dls, dlqtest.DeadLetter{DLQPartition: int32(i % 3), SrcPartition: int32(i % 3), SrcOffset: int64(i),
+			Code: "CODE_A", ID: uuid.New(), Key: fmt.Sprint("k", i)})
+	}
+	kc := dlqtest.NewCluster(t, dls...)
+	peak := 0
+	c, out, err := replay(t, kc, ReplayOptions{InFlight: bound, held: func(held int) { peak = max(peak, held) }})
+	if err != nil || c != (Counts{Selected: n, Replayed: n}) {
+		t.Fatalf("replay: %v, %v\n%s", c, err, out)
+	}
+	if peak > bound || peak == 0 {
+		t.Errorf("the replay held up to %d messages at once, want between 1 and %d", peak, bound)
+	}
+	seen := map[string]int{}
+	last := map[int32]int{}
+	for _, m := range dlqtest.ReadSource(t, kc, n) {
+		k := string(m.Key)
+		seen[k]++
+		var i int
+		if _, err := fmt.Sscanf(k, "k%d", &i); err != nil {
+			t.Fatalf("replayed a message with key %q", k)
+		}
+		if p := m.TopicPartition.Partition; i < last[p] {
+			t.Errorf("partition %d: %s after k%d, out of order", p, k, last[p])
+		} else {
+			last[p] = i
+		}
+	}
+	for i := range n {
+		if k := fmt.Sprint("k", i); seen[k] != 1 {
+			t.Errorf("%s replayed %d times, want once", k, seen[k])
+		}
+	}
+}
