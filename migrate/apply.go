@@ -224,11 +224,7 @@ func checkApplied(revs []*atlasmigrate.Revision, dir atlasmigrate.Dir) error {
 }
 
 func newRevisions(c *sqlclient.Client, eq schema.ExecQuerier) *revisions {
-	s := RevisionSchema
-	if c.URL.Schema != "" {
-		s = c.URL.Schema
-	}
-	return &revisions{eq: eq, schema: s}
+	return &revisions{eq: eq, schema: revisionSchema(c.URL.URL)}
 }
 
 // Transaction modes of a migration file (`-- atlas:txmode <mode>`).

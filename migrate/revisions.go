@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/url"
 	"strings"
 	"time"
 
@@ -29,6 +30,30 @@ const (
 	// identifies the target; it is not a revision.
 	cloudIdentifier = ".atlas_cloud_identifier"
 )
+
+// revisionSchema is the schema of the revision table for the database URL
+// u: its search_path (a schema-bound URL, as the Atlas CLI's postgres
+// driver reads it), else RevisionSchema.
+func revisionSchema(u *url.URL) string {
+	if u != nil {
+		if s := u.Query().Get("search_path"); s != "" {
+			return s
+		}
+	}
+	return RevisionSchema
+}
+
+// RevisionTableOf is the revision table `pinctl migrate apply` keeps for
+// databaseURL, schema-qualified and quoted for SQL: what the consumers'
+// schema gate reads. A URL that does not parse (a key=value string, which
+// apply refuses) gets the database-wide table.
+func RevisionTableOf(databaseURL string) string {
+	u, err := url.Parse(databaseURL)
+	if err != nil || u.Scheme == "" {
+		u = nil
+	}
+	return (&revisions{schema: revisionSchema(u)}).table()
+}
 
 // revisionDDL creates the revision table exactly as the CLI's ent migration
 // does (TypeString → character varying, TypeUint/Int/Int64 → bigint, Text →

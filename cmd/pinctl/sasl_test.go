@@ -3,6 +3,11 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
 	"net/url"
 	"os"
 	"os/exec"
@@ -18,20 +23,47 @@ import (
 )
 
 // tricky is in every password of these tests: the characters that break
-// a URL written by hand.
-const tricky = "s3%cr@t:pw"
+// a URL written by hand, and those a JSON log line escapes.
+const tricky = "s3%cr@t:pw\"q\\b\tt"
 
-// leaks returns the forms of the secrets found in out.
+// leaks returns the forms of the secrets found in out: as given, URL-
+// and JSON-escaped.
 func leaks(out string, secrets ...string) []string {
 	var found []string
 	for _, s := range secrets {
 		for _, f := range []string{s, url.QueryEscape(s), url.PathEscape(s), strings.TrimPrefix(url.UserPassword("u", s).String(), "u:"), "cr@t"} {
-			if strings.Contains(out, f) {
-				found = append(found, f)
+			j, _ := json.Marshal(f)
+			for _, form := range []string{f, strings.Trim(string(j), `"`)} {
+				if strings.Contains(out, form) {
+					found = append(found, form)
+				}
 			}
 		}
 	}
 	return found
+}
+
+// readyz is the body of the /readyz answer at addr.
+func readyz(t *testing.T, addr string) string {
+	t.Helper()
+	resp, err := http.Get("http://" + addr + "/readyz")
+	if err != nil {
+		t.Fatalf("/readyz: %v", err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	return fmt.Sprintf("/readyz %d: %s", resp.StatusCode, body)
+}
+
+// freeAddr is a loopback address with a port free at the time of the call.
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
 }
 
 // secureEnv is the environment of a process of these tests: the broker's
@@ -100,7 +132,8 @@ func TestSASLReachesEveryKafkaClientAndNoSecretIsPrinted(t *testing.T) {
 		t.Run(tp.Service+" consumer, right credentials", func(t *testing.T) {
 			cl.Produce(t, tp.Name, kafkatest.Message{Partition: 0, Key: []byte("k"), Value: []byte("not json")})
 			cmd := exec.Command(filepath.Join(bin, tp.Service+"-consumers"))
-			cmd.Env = append(secureEnv(cl.Bootstrap, kafkaPW, dbURL), "HTTP_ADDR=127.0.0.1:0")
+			addr := freeAddr(t)
+			cmd.Env = append(secureEnv(cl.Bootstrap, kafkaPW, dbURL), "HTTP_ADDR="+addr)
 			var out bytes.Buffer
 			cmd.Stdout, cmd.Stderr = &out, &out
 			if err := cmd.Start(); err != nil {
@@ -116,11 +149,13 @@ func TestSASLReachesEveryKafkaClientAndNoSecretIsPrinted(t *testing.T) {
 				}
 				return cl.Count(t, tp.DLQ) >= 1 && cl.Committed(t, tp.Group, tp.Name)[0] >= 1
 			}, "the message dead-lettered (over SASL) and its offset committed")
+			ready := readyz(t, addr)
 			_ = cmd.Process.Signal(syscall.SIGTERM)
 			if err := <-done; err != nil {
 				t.Fatalf("exit after SIGTERM: %v\n%s", err, out.String())
 			}
 			check(t, "the consumer", out.String())
+			check(t, "the consumer's /readyz", ready)
 			if n := strings.Count(out.String(), "ignoring KAFKA_PORT, KAFKA_PORT_9092_TCP, KAFKA_PORT_9092_TCP_ADDR, KAFKA_SERVICE_HOST, KAFKA_SERVICE_PORT"); n != 1 {
 				t.Errorf("%d warnings about the service-link variables, want 1:\n%s", n, out.String())
 			}

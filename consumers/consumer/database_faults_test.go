@@ -273,3 +273,35 @@ func containsAll(s string, subs ...string) bool {
 	}
 	return true
 }
+
+// `pinctl migrate apply` with a URL bound to a schema (search_path) keeps
+// the migration history in that schema; a consumer given the same URL
+// finds it there, joins its group and consumes.
+func TestAConsumerFindsTheHistoryInTheSchemaOfItsURL(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	e := newEnv(t)
+	base := pgtest.NewEmptyDB(t)
+	if _, err := openDB(t, base).Exec(`CREATE SCHEMA pin`); err != nil {
+		t.Fatal(err)
+	}
+	u, _ := url.Parse(base)
+	q := u.Query()
+	q.Set("search_path", "pin")
+	u.RawQuery = q.Encode()
+	e.url = u.String()
+	e.db = openDB(t, e.url)
+	if _, err := migrate.Apply(ctx, e.url, mustEmbedded(t)); err != nil {
+		t.Fatal(err)
+	}
+	if n := e.count(`SELECT count(*) FROM pg_tables WHERE schemaname = 'pin' AND tablename = 'atlas_schema_revisions'`); n != 1 {
+		t.Fatalf("the history is not in schema pin (%d tables)", n)
+	}
+	leads := e.wave(2)
+	run := consumertest.Start(t, e.cluster.Bootstrap, e.url, probeService(long...), consumertest.Options{HTTP: true})
+	e.waitCommitted(int64(len(leads)))
+	if n := run.Counter("pin_consumer_schema_behind", nil); n != 0 {
+		t.Fatalf("schema gate gauge %v, want 0", n)
+	}
+	e.appliedOnce(leads)
+}

@@ -68,16 +68,16 @@ func DecodeEnvelope(value []byte) (Envelope, error) {
 	}
 	id, ok := jsonString(w.MessageID)
 	if !ok {
-		return Envelope{}, EnvelopeInvalid.Errorf("MessageId %s is not a UUID string", abbreviate(string(w.MessageID), 64))
+		return Envelope{}, EnvelopeInvalid.Errorf("MessageId %s is not a UUID string", Cut(string(w.MessageID)))
 	}
 	parsed, err := uuid.Parse(id)
 	if err != nil || parsed == uuid.Nil {
-		return Envelope{}, EnvelopeInvalid.Errorf("MessageId %q is not a UUID", abbreviate(id, 64))
+		return Envelope{}, EnvelopeInvalid.Errorf("MessageId %q is not a UUID", Cut(id))
 	}
 	e.MessageID = parsed
 	if raw := w.EventType; raw != nil && !isNull(raw) {
 		if e.EventType, ok = jsonString(raw); !ok {
-			return Envelope{}, EnvelopeInvalid.Errorf("EventType %s is not a string", abbreviate(string(raw), 64))
+			return Envelope{}, EnvelopeInvalid.Errorf("EventType %s is not a string", Cut(string(raw)))
 		}
 	}
 	if raw := w.ContractVersion; raw != nil && !isNull(raw) {
@@ -89,7 +89,7 @@ func DecodeEnvelope(value []byte) (Envelope, error) {
 	if raw := w.CreatedAt; raw != nil && !isNull(raw) {
 		var t time.Time
 		if err := t.UnmarshalJSON(raw); err != nil {
-			e.problem = fmt.Errorf("CreatedAt %s is not an RFC 3339 time", abbreviate(string(raw), 64))
+			e.problem = fmt.Errorf("CreatedAt %s is not an RFC 3339 time", Cut(string(raw)))
 		}
 		e.CreatedAt = t
 	}
@@ -126,6 +126,27 @@ func jsonString(raw json.RawMessage) (string, bool) {
 func (e Envelope) Problem() error { return e.problem }
 
 func isNull(raw json.RawMessage) bool { return bytes.Equal(bytes.TrimSpace(raw), []byte("null")) }
+
+// ProducerTextLimit bounds the bytes of a producer's string (a MessageId
+// that is not a UUID, an EventType, a payload member, a key) that go into a
+// log line, a DLQ reason or a span attribute: a 1 MB "UUID" must not make
+// megabyte lines on every attempt. The DLQ record keeps the message's own
+// key, value and headers byte for byte; only the texts about it are cut.
+const ProducerTextLimit = 200
+
+// Cut bounds a producer's string s for a log line, a DLQ reason or a span
+// attribute: at most ProducerTextLimit bytes of it, valid UTF-8, then a
+// marker naming how much was left out ("…(+N bytes)").
+func Cut(s string) string {
+	if len(s) <= ProducerTextLimit {
+		return s
+	}
+	n := ProducerTextLimit
+	for n > ProducerTextLimit-utf8.UTFMax && !utf8.RuneStart(s[n]) {
+		n-- // not inside a character
+	}
+	return strings.ToValidUTF8(s[:n], "") + fmt.Sprintf("…(+%d bytes)", len(s)-n)
+}
 
 func abbreviate(s string, n int) string {
 	if len(s) <= n {
@@ -173,7 +194,7 @@ func decodePayload[P any](m *Message) (P, error) {
 	if err := json.Unmarshal(v, &p); err != nil {
 		var te *json.UnmarshalTypeError
 		if errors.As(err, &te) && te.Field != "" {
-			return p, m.invalid.Errorf("Payload.%s: %s is not a valid %s", te.Field, te.Value, te.Type)
+			return p, m.invalid.Errorf("Payload.%s: %s is not a valid %s", Cut(te.Field), Cut(te.Value), te.Type)
 		}
 		return p, m.invalid.Errorf("Payload: %v", err)
 	}

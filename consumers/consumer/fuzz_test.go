@@ -56,10 +56,11 @@ func checkEnvelope(t *testing.T, e Envelope) {
 			t.Fatalf("%s %q is not valid UTF-8", name, s)
 		}
 	}
-	// The log line carries at most 128 bytes of the EventType; a parked
-	// row stores it cleaned (no NUL, valid UTF-8, at most 2,000 bytes).
-	if lg := abbreviate(e.EventType, 128); !utf8.ValidString(lg) || len(lg) > 128+len("…") {
-		t.Fatalf("logged EventType %q: not valid UTF-8 or longer than 128 bytes", lg)
+	// The log line carries at most ProducerTextLimit bytes of the
+	// EventType and a marker; a parked row stores it cleaned (no NUL,
+	// valid UTF-8, at most 2,000 bytes).
+	if lg := Cut(e.EventType); !utf8.ValidString(lg) || len(lg) > ProducerTextLimit+len("…(+1000000000 bytes)") {
+		t.Fatalf("logged EventType %q: not valid UTF-8 or longer than the limit", lg)
 	}
 	if st := cleanText(e.EventType); !utf8.ValidString(st) || strings.ContainsRune(st, 0) || len(st) > 2000+len("…") {
 		t.Fatalf("stored EventType %q: not valid UTF-8, holds a NUL or is longer than 2,000 bytes", st)

@@ -21,7 +21,9 @@ func (r *Runtime) httpHandler() http.Handler {
 	})
 	mux.HandleFunc("/readyz", func(w http.ResponseWriter, req *http.Request) {
 		if err := r.Ready(req.Context()); err != nil {
-			http.Error(w, err.Error(), http.StatusServiceUnavailable)
+			// The reason may quote a database's or a broker's error: masked
+			// as the process's log lines are.
+			http.Error(w, r.redact(err.Error()), http.StatusServiceUnavailable)
 			return
 		}
 		fmt.Fprintln(w, "ready")

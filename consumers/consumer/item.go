@@ -54,7 +54,7 @@ func (r *Runtime) prepare(km *kafka.Message, at time.Time) *item {
 	if it.msg != nil && it.span.IsRecording() { // not built for a tracer that is off
 		it.span.SetAttributes(
 			attribute.String("messaging.message.id", it.id),
-			attribute.String("pin.event_type", it.msg.EventType))
+			attribute.String("pin.event_type", Cut(it.msg.EventType)))
 	}
 	r.logFor(it).Debug().Msg("consumed")
 	return it
@@ -99,8 +99,8 @@ func (r *Runtime) logFor(it *item) *zerolog.Logger {
 	l := r.log.With().
 		Int32("partition", it.km.TopicPartition.Partition).
 		Int64("offset", int64(it.km.TopicPartition.Offset))
-	if it.msg != nil { // a producer's EventType may be anything: at most 128 bytes of it
-		l = l.Str("MessageId", it.id).Str("EventType", abbreviate(it.msg.EventType, 128))
+	if it.msg != nil { // a producer's EventType may be anything: cut
+		l = l.Str("MessageId", it.id).Str("EventType", Cut(it.msg.EventType))
 	}
 	lg := l.Logger()
 	if it.msg != nil || it.decodeErr != nil { // decoded (or not decodable): final

@@ -106,9 +106,12 @@ func (r *Runtime) parkRow(ctx context.Context, it *item, code Code, cause error,
 		c.SetValue(it.km.Value)
 	}
 	err := c.OnConflictColumns(parkedmessage.FieldConsumerGroup, parkedmessage.FieldTopic,
-		parkedmessage.FieldPartition, parkedmessage.FieldOffset).DoNothing().Exec(ctx)
+		parkedmessage.FieldPartition, parkedmessage.FieldOffset, parkedmessage.FieldMessageID).DoNothing().Exec(ctx)
 	if errors.Is(err, stdsql.ErrNoRows) || ent.IsNotFound(err) {
-		return nil // parked already: a redelivery of a message we parked
+		// parked already: a redelivery of a message we parked. A row of
+		// another message at the same offset (a topic recreated, a replay)
+		// is stale and stays beside this one: each is re-driven on its own.
+		return nil
 	}
 	return err
 }

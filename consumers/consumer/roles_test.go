@@ -1,9 +1,12 @@
 package consumer_test
 
 import (
+	"context"
 	"testing"
 
 	"github.com/google/uuid"
+	"github.com/lib/pq"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/pin-platform/pin/consumers/consumer"
 	"github.com/pin-platform/pin/consumers/consumer/consumertest"
@@ -77,9 +80,10 @@ func TestEachServiceRoleWritesItsOwnAndNothingElse(t *testing.T) {
 				t.Fatalf("roster service %s has no role %s (%v): add its role migration (README, \"Adding a consumer\")", svc, migrate.ServiceRole(svc), err)
 			}
 			db := openDB(t, pgtest.ServiceURL(t, dbURL, svc))
+			prefix := s.New(prometheus.NewRegistry()).Routes[0].KeyPrefix // a key of its own
 			mark := func(topic string) error {
 				_, err := db.Exec(`INSERT INTO processed_messages (idempotency_key, consumer_group, topic, "partition", "offset", outcome) VALUES ($1, 'g', $2, 0, 0, 'applied')`,
-					svc+":"+uuid.NewString(), topic)
+					prefix+uuid.NewString(), topic)
 				return err
 			}
 			refused := func(what string, err error) {
@@ -144,4 +148,140 @@ func TestAConsumerRunningAsAnotherServicesRoleDeadLettersNothing(t *testing.T) {
 	e.wave(2)
 	run := consumertest.Start(t, e.cluster.Bootstrap, pgtest.ServiceURL(t, e.url, "rewards"), probeService(long...), consumertest.Options{HTTP: true})
 	e.heldWithoutDeadLetters(faultWatch{t: t, run: run}, "42")
+}
+
+// routePrefixes are the idempotency key prefixes of each roster service's
+// routes: the keys its role may mark (migration
+// 20261202160000_marks_bound_to_routes.sql). A route added without its
+// prefix in that role's policy fails TestEachServiceRoleMarksOnlyItsOwnRoutesKeys.
+func routePrefixes(t *testing.T) map[string][]string {
+	t.Helper()
+	out := map[string][]string{}
+	for _, s := range roster.All {
+		for _, r := range s.New(prometheus.NewRegistry()).Routes {
+			if r.KeyPrefix == "" {
+				t.Fatalf("%s route %s has no key prefix", s.Name, r.EventType)
+			}
+			out[s.Name] = append(out[s.Name], r.KeyPrefix)
+		}
+	}
+	return out
+}
+
+// Marks are bound to their service: a role inserts and reads only keys of
+// its own routes' prefixes, under its own topic. Another service's key is
+// refused (42501) whatever the topic, before any unique conflict: the
+// refusal is the same whether the key exists or not, and a SELECT of it
+// sees nothing — a role can neither squat another service's mark nor
+// learn that it exists.
+func TestEachServiceRoleMarksOnlyItsOwnRoutesKeys(t *testing.T) {
+	t.Parallel()
+	dbURL := pgtest.NewDB(t)
+	admin := openDB(t, dbURL)
+	prefixes := routePrefixes(t)
+	const insert = `INSERT INTO processed_messages (idempotency_key, consumer_group, topic, "partition", "offset", outcome)
+VALUES ($1, 'g', $2, 0, 0, 'applied') ON CONFLICT (idempotency_key) DO NOTHING RETURNING idempotency_key`
+	// Every route's mark of an existing message, written as the owner.
+	existing := map[string][]string{} // service → keys
+	for _, s := range roster.All {
+		for _, p := range prefixes[s.Name] {
+			k := p + uuid.NewString()
+			if _, err := admin.Exec(insert, k, s.Topic); err != nil {
+				t.Fatal(err)
+			}
+			existing[s.Name] = append(existing[s.Name], k)
+		}
+	}
+	for _, s := range roster.All {
+		t.Run(s.Name, func(t *testing.T) {
+			db := openDB(t, pgtest.ServiceURL(t, dbURL, s.Name))
+			inserted := func(key, topic string) (bool, error) {
+				rows, err := db.Query(insert, key, topic)
+				if err != nil {
+					return false, err
+				}
+				defer rows.Close()
+				n := rows.Next()
+				return n, rows.Err()
+			}
+			refusal := func(key, topic string) string {
+				t.Helper()
+				ok, err := inserted(key, topic)
+				if err == nil {
+					t.Fatalf("mark %s under %s: allowed (inserted %v), want refused", key, topic, ok)
+				}
+				if !isSQLState(err, "42501") {
+					t.Fatalf("mark %s under %s: %v, want 42501 (a row-level policy)", key, topic, err)
+				}
+				return err.Error()
+			}
+			// Its own routes: a new key is inserted, an existing one is a
+			// conflict (the duplicate signal), and both are visible.
+			for i, p := range prefixes[s.Name] {
+				k := p + uuid.NewString()
+				if ok, err := inserted(k, s.Topic); err != nil || !ok {
+					t.Fatalf("its own route's mark %s: inserted %v, %v", k, ok, err)
+				}
+				if ok, err := inserted(existing[s.Name][i], s.Topic); err != nil || ok {
+					t.Fatalf("its own existing mark %s: inserted %v, %v (want a conflict, nothing returned)", existing[s.Name][i], ok, err)
+				}
+				var n int
+				if err := db.QueryRow(`SELECT count(*) FROM processed_messages WHERE idempotency_key = ANY ($1)`, pq.Array([]string{k, existing[s.Name][i]})).Scan(&n); err != nil || n != 2 {
+					t.Fatalf("its own marks visible: %d (%v), want 2", n, err)
+				}
+			}
+			// A key of no route of its own, under its own topic.
+			refusal(s.Name+":"+uuid.NewString(), s.Topic)
+			// Another service's keys, existing or not, under either topic:
+			// refused alike, and invisible.
+			for _, o := range roster.All {
+				if o.Name == s.Name {
+					continue
+				}
+				for i, p := range prefixes[o.Name] {
+					for _, topic := range []string{s.Topic, o.Topic} {
+						fresh := refusal(p+uuid.NewString(), topic)
+						taken := refusal(existing[o.Name][i], topic)
+						if fresh != taken {
+							t.Fatalf("%s's key under %s: refused as %q when it exists, %q when not: the refusal tells", o.Name, topic, taken, fresh)
+						}
+					}
+					var n int
+					if err := db.QueryRow(`SELECT count(*) FROM processed_messages WHERE idempotency_key = $1 OR starts_with(idempotency_key, $2)`, existing[o.Name][i], p).Scan(&n); err != nil || n != 0 {
+						t.Fatalf("%s's marks visible: %d (%v), want 0", o.Name, n, err)
+					}
+					if res, err := db.Exec(`UPDATE processed_messages SET outcome = 'applied' WHERE idempotency_key = $1`, existing[o.Name][i]); err != nil {
+						t.Fatalf("an update of another service's mark should match none, not fail: %v", err)
+					} else if n, _ := res.RowsAffected(); n != 0 {
+						t.Fatalf("an update of another service's mark changed %d rows", n)
+					}
+				}
+			}
+		})
+	}
+}
+
+// No service role creates in schema public, even where PUBLIC was given
+// CREATE there (PostgreSQL ≤ 14's default): the migrations revoke it.
+func TestNoServiceRoleCreatesInPublicEvenWherePublicHadCreate(t *testing.T) {
+	t.Parallel()
+	dbURL := pgtest.NewEmptyDB(t)
+	admin := openDB(t, dbURL)
+	if _, err := admin.Exec(`GRANT CREATE ON SCHEMA public TO PUBLIC`); err != nil {
+		t.Fatal(err)
+	}
+	dir, err := migrate.Embedded()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := migrate.Apply(context.Background(), dbURL, dir); err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range roster.All {
+		db := openDB(t, pgtest.ServiceURL(t, dbURL, s.Name))
+		_, err := db.Exec(`CREATE TABLE public.intruder_` + s.Name + ` (id int)`)
+		if err == nil || !isSQLState(err, "42501") {
+			t.Fatalf("%s: CREATE TABLE in public: %v, want 42501", s.Name, err)
+		}
+	}
 }

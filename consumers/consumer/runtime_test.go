@@ -932,3 +932,33 @@ func TestMessageDurationCountsTheWaitInTheQueue(t *testing.T) {
 		t.Fatal("message_duration_seconds has no 1 s bucket")
 	}
 }
+
+// A parked row of another message at the coordinates of this one (the
+// topic was deleted and recreated, or a replay put another message at an
+// offset a row still holds) is stale, not this message: this one is parked
+// beside it, applies when its lead comes, and the stale row stays for its
+// own re-drive — neither message is lost.
+func TestAParkedRowOfAnotherMessageAtTheSameOffsetIsNotThisOne(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	staleID, staleValue := envelope(uuid.New(), "")
+	if _, err := e.db.Exec(`INSERT INTO parked_messages (consumer_group, topic, "partition", "offset", value, message_id, event_type, error_code, reason, attempts, next_attempt_at)
+		VALUES ($1, $2, 0, 0, $3, $4, $5, 'PROBE_LEAD_NOT_FOUND', 'waiting', 1, now() + interval '1 hour')`, probeGroup, probeTopic, staleValue, staleID, probeType); err != nil {
+		t.Fatal(err)
+	}
+	missing := uuid.New()
+	id, v := envelope(missing, "")
+	if tp := e.cluster.Produce(t, probeTopic, kafkatest.Message{Partition: 0, Key: []byte("k"), Value: v}); tp[0].Offset != 0 {
+		t.Fatalf("produced at offset %d, want 0 (the stale row's)", tp[0].Offset)
+	}
+	consumertest.Start(t, e.cluster.Bootstrap, e.url, probeService(long...), consumertest.Options{})
+	e.waitCommitted(1)
+	if n := e.count(`SELECT count(*) FROM parked_messages WHERE message_id = '` + id.String() + `'`); n != 1 {
+		t.Fatalf("the message's parked rows: %d, want 1 (it was taken for the stale row at its offset)", n)
+	}
+	e.insertLead(missing)
+	kafkatest.Eventually(t, 20*time.Second, func() bool { return e.events(missing) == 1 }, "the parked message to apply")
+	if n := e.count(`SELECT count(*) FROM parked_messages WHERE message_id = '` + staleID.String() + `'`); n != 1 {
+		t.Fatalf("the stale row: %d, want 1 (kept for its own re-drive)", n)
+	}
+}

@@ -8,13 +8,16 @@ import (
 	"time"
 
 	"github.com/lib/pq"
+
+	"github.com/pin-platform/pin/migrate"
 )
 
 // The schema gate. A consumer binary is built with the migrations of its
 // commit (package migrate embeds them), and its SQL expects the schema the
 // newest of them makes. Rolled out before `pinctl migrate apply`, it would
 // fail on every message; so it does not join its group until the database's
-// revision table (the Atlas CLI's, atlas_schema_revisions) records that
+// revision table (the Atlas CLI's, atlas_schema_revisions, in the schema
+// `pinctl migrate apply` keeps it in for the same URL) records that
 // migration as applied: /readyz answers 503 meanwhile, one error line names
 // the missing version, pin_consumer_schema_behind is 1, and the revision is
 // read again every CONSUMER_SCHEMA_RECHECK. A database ahead of the binary
@@ -69,8 +72,10 @@ func (r *Runtime) schemaApplied(ctx context.Context, version string) error {
 	defer cancel()
 	var applied, total int64
 	var failed string
+	// Where `pinctl migrate apply` keeps it for this URL (its search_path).
+	table := migrate.RevisionTableOf(r.cfg.DatabaseURL)
 	err := r.db.QueryRowContext(ctx, `SELECT applied, total, COALESCE(error, '')
-FROM atlas_schema_revisions.atlas_schema_revisions WHERE version = $1`, version).Scan(&applied, &total, &failed)
+FROM `+table+` WHERE version = $1`, version).Scan(&applied, &total, &failed)
 	var pqErr *pq.Error
 	switch {
 	case err == nil && failed == "" && applied >= total:
@@ -81,8 +86,8 @@ FROM atlas_schema_revisions.atlas_schema_revisions WHERE version = $1`, version)
 	case errors.Is(err, sql.ErrNoRows):
 		return fmt.Errorf("%w: migration %s, which it was built with, is not applied: run `pinctl migrate apply`", errSchemaBehind, version)
 	case errors.As(err, &pqErr) && (pqErr.Code == "42P01" || pqErr.Code == "3F000"):
-		return fmt.Errorf("%w: the database has no migration history (atlas_schema_revisions); migration %s is not applied: run `pinctl migrate apply`", errSchemaBehind, version)
+		return fmt.Errorf("%w: the database has no migration history (%s); migration %s is not applied: run `pinctl migrate apply`", errSchemaBehind, table, version)
 	default:
-		return fmt.Errorf("cannot read the migration history (atlas_schema_revisions): %w", err)
+		return fmt.Errorf("cannot read the migration history (%s): %w", table, err)
 	}
 }

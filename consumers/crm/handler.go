@@ -120,7 +120,7 @@ func (h *handler) leadNotFound(ctx context.Context, p wirePayload, err error) er
 func (p wirePayload) logFields(e *zerolog.Event) {
 	str := func(k string, v *string) {
 		if v != nil {
-			e.Str(k, *v)
+			e.Str(k, consumer.Cut(*v)) // as it came: a producer's string, cut
 		}
 	}
 	str("SelectionId", p.SelectionID)
@@ -128,7 +128,7 @@ func (p wirePayload) logFields(e *zerolog.Event) {
 		if a, ok := ParseAction(*p.Action); ok {
 			e.Str("Action", string(a)) // the spec's spelling
 		} else {
-			e.Str("Action", *p.Action)
+			e.Str("Action", consumer.Cut(*p.Action))
 		}
 	}
 	str("AgentUserId", p.AgentUserID)

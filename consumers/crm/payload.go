@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+
+	"github.com/pin-platform/pin/consumers/consumer"
 )
 
 // MaxTitleRunes is the longest SelectionTitle stored: longer titles are cut
@@ -113,7 +115,7 @@ func (p wirePayload) validate() (SelectionShared, *validationError) {
 		id, err := uuid.Parse(*v)
 		switch {
 		case err != nil:
-			bad("%s %q is not a GUID", name, *v)
+			bad("%s %q is not a GUID", name, consumer.Cut(*v))
 		case id == uuid.Nil:
 			bad("%s is the empty GUID", name)
 		default:
@@ -153,7 +155,7 @@ func (p wirePayload) validate() (SelectionShared, *validationError) {
 		t, err := time.Parse(time.RFC3339Nano, *p.OccurredAt)
 		switch {
 		case err != nil:
-			bad("OccurredAt %q is not an RFC 3339 date-time with offset", *p.OccurredAt)
+			bad("OccurredAt %q is not an RFC 3339 date-time with offset", consumer.Cut(*p.OccurredAt))
 		case t.IsZero():
 			bad("OccurredAt is the zero time")
 		default:
@@ -169,7 +171,7 @@ func (p wirePayload) validate() (SelectionShared, *validationError) {
 		a, ok := ParseAction(*p.Action)
 		if !ok {
 			unknown = true
-			bad("Action %q is not a SelectionShareAction (Shared, Opened)", *p.Action)
+			bad("Action %q is not a SelectionShareAction (Shared, Opened)", consumer.Cut(*p.Action))
 		}
 		e.Action = a
 	}

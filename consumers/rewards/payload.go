@@ -186,7 +186,7 @@ func (e *fieldErrors) requiredID(name string, v *string) uuid.UUID {
 	id, err := uuid.Parse(*v)
 	switch {
 	case err != nil:
-		e.add(fmt.Sprintf("%s %q is not a UUID", name, *v))
+		e.add(fmt.Sprintf("%s %q is not a UUID", name, consumer.Cut(*v)))
 	case id == uuid.Nil:
 		e.add(name + " is empty (all zeros)")
 	}
@@ -199,7 +199,7 @@ func (e *fieldErrors) optionalID(name string, v *string) *uuid.UUID {
 	}
 	id, err := uuid.Parse(*v)
 	if err != nil {
-		e.add(fmt.Sprintf("%s %q is not a UUID", name, *v))
+		e.add(fmt.Sprintf("%s %q is not a UUID", name, consumer.Cut(*v)))
 		return nil
 	}
 	return &id

@@ -7,6 +7,7 @@ package secret
 
 import (
 	"bytes"
+	"encoding/json"
 	"io"
 	"net/url"
 	"regexp"
@@ -100,20 +101,56 @@ func FromEnv(environ []string) *Redactor {
 }
 
 // Add hides more secrets: each as it is and in the forms URL and JSON
-// encoding give it.
+// encoding give it — a password with a quote, a backslash or a tab is
+// escaped in a JSON log line (zerolog's or encoding/json's), once or, in
+// a JSON text quoted inside another, twice.
 func (r *Redactor) Add(secrets ...string) {
+	add := func(f string) {
+		if f != "" && !slices.Contains(r.olds, f) {
+			r.olds = append(r.olds, f)
+		}
+	}
 	for _, s := range secrets {
 		if s == "" {
 			continue
 		}
 		for _, f := range []string{s, url.QueryEscape(s), url.PathEscape(s), (&url.URL{User: url.UserPassword("u", s)}).String()[len("//u:"):]} {
 			f = strings.TrimSuffix(f, "@")
-			if f != "" && !slices.Contains(r.olds, f) {
-				r.olds = append(r.olds, f)
+			add(f)
+			for _, once := range jsonEscapes(f) {
+				add(once)
+				for _, twice := range jsonEscapes(once) {
+					add(twice)
+				}
 			}
 		}
 	}
 	slices.SortFunc(r.olds, func(a, b string) int { return len(b) - len(a) })
+}
+
+// jsonEscapes returns the forms s takes inside a JSON string: encoding/json's
+// (with and without HTML escaping) and zerolog's (which leaves U+2028 and
+// U+2029 as they are). Only the forms that differ from s.
+func jsonEscapes(s string) []string {
+	var out []string
+	for _, html := range []bool{true, false} {
+		var b bytes.Buffer
+		enc := json.NewEncoder(&b)
+		enc.SetEscapeHTML(html)
+		if err := enc.Encode(s); err != nil {
+			continue
+		}
+		e := strings.TrimSuffix(b.String(), "\n")
+		e = strings.TrimSuffix(strings.TrimPrefix(e, `"`), `"`)
+		out = append(out, e, strings.NewReplacer(`\u2028`, "\u2028", `\u2029`, "\u2029").Replace(e))
+	}
+	var diff []string
+	for _, e := range out {
+		if e != s && !slices.Contains(diff, e) {
+			diff = append(diff, e)
+		}
+	}
+	return diff
 }
 
 // Redact returns s with every secret masked.

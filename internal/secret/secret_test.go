@@ -2,8 +2,12 @@ package secret
 
 import (
 	"bytes"
+	"encoding/json"
+	"net/url"
 	"strings"
 	"testing"
+
+	"github.com/rs/zerolog"
 )
 
 // pw has the characters that break a hand-built URL.
@@ -63,4 +67,28 @@ func write(r *Redactor, s string) string {
 		}
 	}
 	return b.String()
+}
+
+// A password with a quote, a backslash and a tab, as a JSON log line
+// (zerolog's, or an error text quoted inside one) escapes it: masked in
+// those forms too.
+func TestRedactorHidesTheJSONEscapedFormsOfASecret(t *testing.T) {
+	const nasty = "q\"b\\t\tu\u2028<&>"
+	r := FromEnv([]string{"DATABASE_URL=postgres://app:" + url.PathEscape(nasty) + "@db/pin"})
+	var line bytes.Buffer
+	log := zerolog.New(&line)
+	log.Error().Str("error", "dial: "+nasty).Msg("x")
+	quoted, _ := json.Marshal(map[string]string{"error": nasty})
+	twice, _ := json.Marshal(map[string]string{"reason": string(quoted)})
+	text := line.String() + string(quoted) + "\n" + string(twice) + "\n"
+	for _, out := range []string{r.Redact(text), write(r, text)} {
+		for _, leak := range []string{"q\"b", `q\"b`, `q\\\"b`, "t\tu", `t\tu`, `\\t\\tu`} {
+			if strings.Contains(out, leak) {
+				t.Fatalf("%q leaks %q", out, leak)
+			}
+		}
+		if strings.Count(out, Mask) < 3 {
+			t.Fatalf("%q: want the secret masked in each of its 3 forms", out)
+		}
+	}
 }
