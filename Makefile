@@ -97,11 +97,13 @@ migrate-lint: build
 migrate-plan: build
 	$(BIN)/pinctl migrate plan --url "$(URL)"
 
+## lint: gofmt, vet and golangci-lint; with the tag image, so the image
+## test (deploy/image) is checked too.
 lint:
 	@out=$$(git ls-files '*.go' | grep -v '^ent/' | xargs gofmt -l); \
 		if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
-	$(GO) vet ./...
-	$(GOLANGCI) run ./...
+	$(GO) vet -tags image ./...
+	$(GOLANGCI) run --build-tags image ./...
 
 ## bench: each consumer's throughput, latency and CPU per event against its
 ## broker-only limit (N=100000; ARGS="--events 10000 --only rewards"); see
@@ -125,6 +127,8 @@ chaos: build
 IMAGE        ?= pin-consumers
 VERSION      ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 REVISION     ?= $(shell git rev-parse HEAD 2>/dev/null || echo unknown)
+VERSION      := $(VERSION)
+REVISION     := $(REVISION)
 SOURCE       ?= https://github.com/pin-platform/pin
 CONTAINER    ?= $(shell command -v podman >/dev/null 2>&1 && echo podman || echo docker)
 PODMAN_FLAGS ?=
@@ -150,13 +154,14 @@ image: image-binaries
 ## the container engine on the host network against the test PostgreSQL and
 ## an in-process broker, applies an event, dead-letters a poison message,
 ## answers /readyz and exits 0 on stop; its pinctl migrates a fresh
-## database; read-only root, non-root user. Needs `make image` first.
-image-test: build
+## database; read-only root, non-root user.
+IMAGE_TEST_CMD = PIN_IMAGE=$(IMAGE):$(VERSION) PIN_CONTAINER="$(CONTAINER) $(PODMAN_FLAGS)" \
+	$(GO) test -count=1 -tags image -timeout 10m -v ./deploy/image/
+image-test: image build
 ifdef DATABASE_URL
-	PIN_IMAGE=$(IMAGE):$(VERSION) PIN_CONTAINER='$(CONTAINER) $(PODMAN_FLAGS)' \
-		$(GO) test -count=1 -tags image -timeout 10m -v ./deploy/image/
+	$(IMAGE_TEST_CMD)
 else
-	$(BIN)/pinctl pg exec -- $(MAKE) --no-print-directory image-test
+	$(BIN)/pinctl pg exec -- sh -c '$(IMAGE_TEST_CMD)'
 endif
 
 clean:
