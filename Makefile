@@ -125,8 +125,8 @@ chaos: build
 ## global flags a host may need (.ci/run sets this machine's), never the
 ## Containerfile's business.
 IMAGE        ?= pin-consumers
-VERSION      ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
-REVISION     ?= $(shell git rev-parse HEAD 2>/dev/null || echo unknown)
+VERSION      ?= $(shell git -c safe.directory='*' describe --tags --always --dirty 2>/dev/null || echo dev)
+REVISION     ?= $(shell git -c safe.directory='*' rev-parse HEAD 2>/dev/null || echo unknown)
 VERSION      := $(VERSION)
 REVISION     := $(REVISION)
 SOURCE       ?= https://github.com/pin-platform/pin
