@@ -83,6 +83,27 @@ func replay(t *testing.T, kc *kafkatest.Cluster, o dlq.ReplayOptions) (dlq.Count
 func TestDLQReplay(t *testing.T) {
 	t.Parallel()
 
+	t.Run("a dead letter whose key was cut is refused, never produced", func(t *testing.T) {
+		t.Parallel()
+		// As the runtime publishes a dead letter too large for the DLQ
+		// even without its value: the key cut, x-dlq-key-truncated
+		// holding its size.
+		cut := dlqtest.DeadLetter{DLQPartition: 0, SrcPartition: 2, SrcOffset: 40, Code: "CODE_A", Attempts: 1, ID: uuid.New(), Key: "cut",
+			Extra: map[string]string{consumer.HeaderKeyTruncated: "1126400"}}
+		fine := dlqtest.DeadLetter{DLQPartition: 0, SrcPartition: 1, SrcOffset: 41, Code: "CODE_A", Attempts: 1, ID: uuid.New(), Key: "fine"}
+		kc := dlqtest.NewCluster(t, cut, fine)
+		c, out, err := replay(t, kc, dlq.ReplayOptions{})
+		if err != nil || c != (dlq.Counts{Selected: 2, Replayed: 1, Refused: 1}) {
+			t.Fatalf("replay: %v, %v\n%s", c, err, out)
+		}
+		if !strings.Contains(out, consumer.HeaderKeyTruncated+": 1126400 bytes") || !strings.Contains(out, "another key") {
+			t.Fatalf("the refusal does not say the key was cut:\n%s", out)
+		}
+		if m := dlqtest.ReadSource(t, kc, 1)[0]; string(m.Key) != "fine" {
+			t.Fatalf("replayed %q, want fine only", m.Key)
+		}
+	})
+
 	t.Run("a dead letter without its value is refused, never produced, and the others go on", func(t *testing.T) {
 		t.Parallel()
 		// As the runtime publishes a dead letter too large for the DLQ: no

@@ -43,7 +43,7 @@ type ReplayOptions struct {
 type Counts struct {
 	Selected int // matched the filter
 	Replayed int // delivered to the source topic (would be, in a dry run)
-	Refused  int // replayed MaxReplays times already, or without its value (see valueMissing)
+	Refused  int // replayed MaxReplays times already, or without its value or whole key (see valueMissing, keyCut)
 	Failed   int // not delivered, or not replayable (no source topic)
 }
 
@@ -112,6 +112,20 @@ func valueMissing(r *record) string {
 	}
 	if len(r.Value) == 0 {
 		return "it has no value"
+	}
+	return ""
+}
+
+// keyCut says why a DLQ message cannot be replayed for want of its whole
+// key, "" when it has it: a dead letter too large for the DLQ even
+// without its headers and value is published with its key cut
+// (consumer.HeaderKeyTruncated).
+func keyCut(r *record) string {
+	for _, h := range r.Headers {
+		if h.Key == consumer.HeaderKeyTruncated {
+			return fmt.Sprintf("its key was too large for the DLQ and cut (%s: %s bytes)",
+				consumer.HeaderKeyTruncated, term.Printable(string(h.Value)))
+		}
 	}
 	return ""
 }
@@ -188,6 +202,10 @@ const (
 func judge(r *record, o ReplayOptions, now time.Time) (*kafka.Message, verdict, string) {
 	if why := valueMissing(r); why != "" {
 		return nil, refuseIt, fmt.Sprintf("refused  %s: %s, and replayed it would be a tombstone on its source topic; %s",
+			describeJob(r, nil), why, recoveryHint(r, o.Brokers))
+	}
+	if why := keyCut(r); why != "" {
+		return nil, refuseIt, fmt.Sprintf("refused  %s: %s, and replayed it would carry another key; %s",
 			describeJob(r, nil), why, recoveryHint(r, o.Brokers))
 	}
 	n, err := r.replayCount()
