@@ -47,10 +47,13 @@ import (
 // on every connection, and lets no caller choose the name, so each
 // connection starts lib/pq's counter (namei, the one field of lib/pq the
 // consumers touch: seedNames) at a number of its own: the names of one
-// process never meet (a range of nameBudget numbers per connection,
-// process-wide sequence), another process's only with a chance of about
-// 2⁻⁴⁰ per pair (a random base), and they are negative, where lib/pq's
-// own counter (other programs behind the same pooler) never goes. A
+// process never meet (a range of nameBudget numbers per connection, from
+// a process-wide sequence), another process's only by chance (a random
+// 62-bit base: about K·2⁻⁴¹ for two processes that opened K connections
+// each), and they are negative, where lib/pq's own counter (other programs
+// behind the same pooler) never goes. Setting the field is safe: it is an
+// int that only gname reads and increments, on the connection's own
+// goroutine, and it is set once, before the connection's first statement. A
 // statement then runs under its own name or fails: 26000 (missing), never
 // another client's SQL with this message's arguments. That failure, and
 // 42P05 or a Bind refused for its parameter count, is the world's
