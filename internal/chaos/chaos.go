@@ -44,11 +44,12 @@ type Options struct {
 	BinDir  string   // where bin/*-consumers are
 	Env     []string // more KEY=VALUE for the consumers (knobs such as CONSUMER_BATCH_SIZE)
 	Keep    bool     // keep the work directory (PostgreSQL's data, the consumers' logs)
+	Out     io.Writer
+
 	// Pooler puts PgBouncer in transaction mode (four server connections
 	// per service) between the consumers and PostgreSQL; setup, checks and
 	// faults go to PostgreSQL directly.
 	Pooler bool
-	Out     io.Writer
 }
 
 // Defaults are `make chaos`'s: 20,000 events per consumer, two
@@ -103,7 +104,7 @@ type run struct {
 	svcs      []*service
 	work      string
 	pg        *localpg.Server
-	bouncer   *localpg.Bouncer // Options.Pooler
+	bouncer   *localpg.Bouncer
 	db        *sql.DB // as the superuser: setup, faults, checks
 	bootstrap string
 	kc        *kfake.Cluster
