@@ -11,10 +11,12 @@ import (
 	"net/url"
 	"regexp"
 	"strings"
+	"sync"
 	"sync/atomic"
 
 	"github.com/lib/pq"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/rs/zerolog"
 )
 
 // DBOptions are the pool's settings beyond DATABASE_URL.
@@ -25,6 +27,9 @@ type DBOptions struct {
 	StatementCache int
 	// Metrics, when set, gets the statement cache's counters.
 	Metrics prometheus.Registerer
+	// Logger, when set, gets the one warning of a pooler that loses
+	// prepared statements (stmtcache.go).
+	Logger *zerolog.Logger
 }
 
 // DefaultStatementCache is DATABASE_STATEMENT_CACHE's default: room for a
@@ -67,7 +72,10 @@ func OpenDB(dsn string, o DBOptions) (*sql.DB, error) {
 	if err != nil {
 		return nil, err
 	}
-	j := &jsonAsText{c: c, cache: o.StatementCache, seeds: [2]maphash.Seed{maphash.MakeSeed(), maphash.MakeSeed()}}
+	j := &jsonAsText{c: c, cache: o.StatementCache, seeds: [2]maphash.Seed{maphash.MakeSeed(), maphash.MakeSeed()}, log: zerolog.Nop()}
+	if o.Logger != nil {
+		j.log = *o.Logger
+	}
 	if j.cache > 0 {
 		j.m = newStmtMetrics(o.Metrics)
 	}
@@ -94,6 +102,20 @@ type jsonAsText struct {
 	m     *stmtMetrics
 	epoch atomic.Uint64 // see stmtCache.epoch
 	seeds [2]maphash.Seed
+	off   atomic.Bool // a pooler lost a statement: prepare nothing more
+	log   zerolog.Logger
+	once  sync.Once
+	// unnamed: the warning of a lib/pq whose names cannot be seeded
+	unnamed sync.Once
+}
+
+// poolerSeen turns the pool's statement cache off, saying why once.
+func (j *jsonAsText) poolerSeen(e *pq.Error) {
+	j.off.Store(true)
+	j.once.Do(func() {
+		j.log.Warn().Str("sqlstate", string(e.Code)).Str("error", e.Message).
+			Msg("a prepared statement is missing or not this connection's on the server: most likely a pooler in transaction mode (PgBouncer before 1.22, or without max_prepared_statements) between the consumer and PostgreSQL; the statement cache is off for this process from now on, the message is retried; set DATABASE_STATEMENT_CACHE=0 to start without it")
+	})
 }
 
 func (j *jsonAsText) Connect(ctx context.Context) (driver.Conn, error) {
@@ -107,9 +129,15 @@ func (j *jsonAsText) Connect(ctx context.Context) (driver.Conn, error) {
 		return nil, fmt.Errorf("lib/pq connection %T lacks an interface the consumers rely on", c)
 	}
 	tc := &textJSONConn{Conn: c, pc: pc}
-	if j.cache > 0 {
+	tc.named = seedNames(c, nameSeed())
+	if !tc.named && j.cache > 0 { // lib/pq's own names: prepare nothing (stmtcache.go)
+		j.unnamed.Do(func() {
+			j.log.Warn().Msg("lib/pq's statement names cannot be made this connection's own: the statement cache is off")
+		})
+	}
+	if j.cache > 0 && tc.named {
 		tc.cache = &stmtCache{max: j.cache, lru: list.New(), byKey: map[stmtKey]*list.Element{},
-			seen: map[uint64]struct{}{}, seeds: j.seeds, m: j.m, epoch: &j.epoch, gen: j.epoch.Load()}
+			seen: map[uint64]struct{}{}, seeds: j.seeds, m: j.m, epoch: &j.epoch, gen: j.epoch.Load(), pool: j}
 	}
 	return tc, nil
 }
@@ -123,6 +151,8 @@ type textJSONConn struct {
 	driver.Conn
 	pc    pqConn
 	cache *stmtCache // nil: DATABASE_STATEMENT_CACHE=0
+	named bool       // lib/pq's name counter seeded (seedNames)
+	names int        // statement names used of its nameBudget
 }
 
 // pqConn is what lib/pq's connection implements beyond driver.Conn.
@@ -164,6 +194,10 @@ func (c *textJSONConn) BeginTx(ctx context.Context, opts driver.TxOptions) (driv
 }
 
 func (c *textJSONConn) PrepareContext(ctx context.Context, query string) (driver.Stmt, error) {
+	if c.named && c.names >= nameBudget { // database/sql tries again on another connection
+		return nil, driver.ErrBadConn
+	}
+	c.names++
 	return c.pc.PrepareContext(ctx, query)
 }
 
@@ -203,6 +237,7 @@ func (c *textJSONConn) ResetSession(ctx context.Context) error {
 	return c.pc.ResetSession(ctx)
 }
 
-func (c *textJSONConn) IsValid() bool { return c.pc.IsValid() }
+// IsValid retires a connection whose statement names are spent.
+func (c *textJSONConn) IsValid() bool { return c.pc.IsValid() && (!c.named || c.names < nameBudget) }
 
 func (c *textJSONConn) Ping(ctx context.Context) error { return c.pc.Ping(ctx) }

@@ -144,6 +144,7 @@ var InfrastructureCauses = []string{
 	"XX",         // internal error
 	"connection", // the driver lost or could not open its connection (not a *pq.Error)
 	"kafka",      // the DLQ could not be published
+	"pooler",     // a prepared statement missing or taken on the server (26000, 42P05, a Bind refused): a pooler in transaction mode (stmtcache.go)
 	"systemic",   // an unexpected failure that the other messages meet too (see processOne)
 }
 
@@ -165,6 +166,9 @@ func infraCause(err error) string {
 
 // sqlstateCause is infraCause for an error PostgreSQL reported.
 func sqlstateCause(e *pq.Error) string {
+	if statementLost(e) {
+		return "pooler"
+	}
 	class := string(e.Code.Class())
 	switch class {
 	case "08", "28", "3D", "3F", "40", "53", "57", "58", "XX":

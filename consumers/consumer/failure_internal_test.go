@@ -44,6 +44,9 @@ func TestInfraCauseTellsTheWorldsFailuresFromTheMessages(t *testing.T) {
 		{"I/O error", pqe("58030", "could not write to file"), "58"},
 		{"internal error", pqe("XX000", "unexpected"), "XX"},
 		{"connection failure", pqe("08006", "connection failure"), "08"},
+		{"a prepared statement missing (a pooler in transaction mode)", pqe("26000", `prepared statement "-9223372036854775807" does not exist`), "pooler"},
+		{"a prepared statement's name taken (a pooler in transaction mode)", pqe("42P05", `prepared statement "-9223372036854775807" already exists`), "pooler"},
+		{"a Bind refused for its parameter count (a pooler in transaction mode)", pqe("08P01", `bind message supplies 3 parameters, but prepared statement "-9223372036854775807" requires 2`), "pooler"},
 		{"password authentication failed", pqe("28P01", "password authentication failed"), "28"},
 		{"database does not exist", pqe("3D000", `database "x" does not exist`), "3D"},
 		{"schema does not exist", pqe("3F000", `schema "x" does not exist`), "3F"},
@@ -69,6 +72,8 @@ func TestInfraCauseTellsTheWorldsFailuresFromTheMessages(t *testing.T) {
 		{"a failed transaction in lib/pq", pq.ErrInFailedTransaction, ""},
 		{"a handler's bug", errors.New("unexpected action"), ""},
 		{"tx done", sql.ErrTxDone, ""},
+		{"other protocol violation: the connection's", pqe("08P01", "invalid frontend message type 0"), "08"},
+		{"the unnamed statement's parameter count: this statement's", pqe("08P01", `bind message supplies 3 parameters, but prepared statement "" requires 0`), "08"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

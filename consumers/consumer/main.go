@@ -76,7 +76,7 @@ func Main(ctx context.Context, environ []string, stderr io.Writer, defaultHTTP s
 	defer shutdownTracing()
 
 	db, err := OpenDB(cfg.DatabaseURL, DBOptions{StatementCache: cfg.StatementCache,
-		Metrics: prometheus.WrapRegistererWith(prometheus.Labels{"service": svc.Name}, reg)})
+		Metrics: prometheus.WrapRegistererWith(prometheus.Labels{"service": svc.Name}, reg), Logger: &slog})
 	if err != nil { // not its text: the parser's may hold the password
 		fmt.Fprintln(stderr, "configuration: DATABASE_URL: lib/pq refuses it")
 		return ExitConfig

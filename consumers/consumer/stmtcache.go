@@ -3,10 +3,16 @@ package consumer
 import (
 	"container/list"
 	"context"
+	"crypto/rand"
 	"database/sql/driver"
+	"encoding/binary"
 	"errors"
 	"hash/maphash"
+	"math"
+	"reflect"
+	"strings"
 	"sync/atomic"
+	"unsafe"
 
 	"github.com/lib/pq"
 	"github.com/prometheus/client_golang/prometheus"
@@ -35,7 +41,26 @@ import (
 //
 // Behind a pooler in transaction mode (PgBouncer before 1.22, or without
 // max_prepared_statements) a server connection's prepared statements are
-// not the client's: set DATABASE_STATEMENT_CACHE=0 there.
+// not the client's: a client's next transaction may run on a server
+// connection where its statement is missing, or where another client
+// prepared one under the same name. lib/pq names statements "1", "2", …
+// on every connection, and lets no caller choose the name, so each
+// connection starts lib/pq's counter (namei, the one field of lib/pq the
+// consumers touch: seedNames) at a number of its own: the names of one
+// process never meet (a range of nameBudget numbers per connection, from
+// a process-wide sequence), another process's only by chance (a random
+// 62-bit base: about K·2⁻⁴¹ for two processes that opened K connections
+// each), and they are negative, where lib/pq's own counter (other programs
+// behind the same pooler) never goes. Setting the field is safe: it is an
+// int that only gname reads and increments, on the connection's own
+// goroutine, and it is set once, before the connection's first statement. A
+// statement then runs under its own name or fails: 26000 (missing), never
+// another client's SQL with this message's arguments. That failure, and
+// 42P05 or a Bind refused for its parameter count, is the world's
+// (statementLost, infraCause "pooler"): the message is retried, the pool
+// stops preparing for good (every connection runs unprepared from its
+// next statement on) and says so in one warning. When seedNames cannot
+// find the counter (a lib/pq that changed), the pool prepares nothing.
 
 // stmtCache is one connection's prepared statements. A driver.Conn is used
 // by one goroutine at a time, so it needs no lock.
@@ -49,6 +74,7 @@ type stmtCache struct {
 	open  bool   // rows not closed yet
 	m     *stmtMetrics
 	epoch *atomic.Uint64 // the pool's generation, raised on a result-type change
+	pool  *jsonAsText    // its off switch (a pooler's sign seen)
 }
 
 type cachedStmt struct {
@@ -100,6 +126,9 @@ const seenBound = 2
 // has seen the text before; nil (run it unprepared) the first time.
 func (c *textJSONConn) stmt(ctx context.Context, query string) (driver.Stmt, error) {
 	sc := c.cache
+	if sc.pool.off.Load() {
+		return nil, nil
+	}
 	if g := sc.epoch.Load(); g != sc.gen {
 		// A result type changed somewhere: drop everything this
 		// connection prepared. Not transactional, so fine inside one.
@@ -136,9 +165,13 @@ func (c *textJSONConn) stmt(ctx context.Context, query string) (driver.Stmt, err
 		delete(sc.byKey, cs.key)
 		sc.m.evictions.Inc()
 	}
+	if c.names >= nameBudget { // this connection's names are spent: IsValid retires it
+		return nil, nil
+	}
+	c.names++
 	st, err := c.pc.PrepareContext(ctx, query)
 	if err != nil {
-		return nil, err
+		return nil, c.failed(err)
 	}
 	sc.byKey[k] = sc.lru.PushFront(&cachedStmt{k, st})
 	sc.m.misses.Inc()
@@ -155,13 +188,81 @@ func resultTypeChanged(err error) bool {
 	return errors.As(err, &pqErr) && pqErr.Code == "0A000" && pqErr.Routine == "RevalidateCachedQuery"
 }
 
-// failed drops the pool's prepared statements after a result-type change.
+// statementLost reports PostgreSQL's answer to a statement name the
+// server connection does not hold as the client prepared it: 26000 (no
+// such prepared statement), 42P05 (the name is taken) or a Bind refused
+// for its parameter count (08P01) of a named statement. Behind a pooler
+// in transaction mode each is the pooler's doing; the consumers' SQL
+// never names a statement itself.
+func statementLost(e *pq.Error) bool {
+	switch e.Code {
+	case "26000", "42P05":
+		return true
+	case "08P01":
+		return strings.HasPrefix(e.Message, "bind message supplies") && !strings.Contains(e.Message, `prepared statement "" `)
+	}
+	return false
+}
+
+// failed drops the pool's prepared statements after a result-type change,
+// and stops the pool preparing at a sign of a pooler.
 func (c *textJSONConn) failed(err error) error {
 	if resultTypeChanged(err) {
 		c.cache.epoch.Add(1)
 		c.cache.m.resets.Inc()
 	}
+	var pqErr *pq.Error
+	if errors.As(err, &pqErr) && statementLost(pqErr) {
+		c.cache.pool.poolerSeen(pqErr)
+	}
 	return err
+}
+
+// nameBudget is how many statement names a connection may use (lib/pq's
+// counter from its seed on): then it is retired (IsValid), so its names
+// never reach the next connection's range.
+const nameBudget = 1 << 20
+
+// nameSpace are the seeds the process gives its connections: a random
+// base, and a sequence number each connection takes (nameSeed).
+var nameSpace struct {
+	base uint64
+	seq  atomic.Uint64
+}
+
+func init() {
+	var b [8]byte
+	_, _ = rand.Read(b[:]) // never fails (crypto/rand)
+	nameSpace.base = binary.LittleEndian.Uint64(b[:])
+}
+
+// nameSeed is the start of the next connection's names: a range of
+// nameBudget numbers in [-2⁶³, -2⁶²+nameBudget), the ranges of one
+// process apart for 2⁴² connections.
+func nameSeed() int64 {
+	k := nameSpace.seq.Add(1)
+	u := (nameSpace.base + k*nameBudget) & (1<<62 - 1)
+	return math.MinInt64 + int64(u)
+}
+
+// seedNames starts lib/pq's statement name counter of c at seed, and
+// reports whether it could. lib/pq (v1.12.3, conn.go) names each statement
+// strconv.FormatInt(namei+1) and keeps namei nowhere else; nothing of it is
+// exported, so the field is found by name and type (reflect) and set before
+// c's first statement, while no other goroutine holds c. A lib/pq without
+// it leaves the pool without a cache (TestStatementNamesAreUniquePerConnection
+// says so first).
+func seedNames(c driver.Conn, seed int64) bool {
+	v := reflect.ValueOf(c)
+	if v.Kind() != reflect.Pointer || v.Elem().Kind() != reflect.Struct || v.Type().Elem().PkgPath() != "github.com/lib/pq" {
+		return false
+	}
+	f := v.Elem().FieldByName("namei")
+	if !f.IsValid() || f.Kind() != reflect.Int || f.Type().Size() != 8 || !f.CanAddr() {
+		return false
+	}
+	*(*int)(unsafe.Pointer(f.UnsafeAddr())) = int(seed)
+	return true
 }
 
 func (c *textJSONConn) cachedQuery(ctx context.Context, query string, args []driver.NamedValue) (driver.Rows, error) {

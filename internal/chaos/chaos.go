@@ -45,6 +45,11 @@ type Options struct {
 	Env     []string // more KEY=VALUE for the consumers (knobs such as CONSUMER_BATCH_SIZE)
 	Keep    bool     // keep the work directory (PostgreSQL's data, the consumers' logs)
 	Out     io.Writer
+
+	// Pooler puts PgBouncer in transaction mode (four server connections
+	// per service) between the consumers and PostgreSQL; setup, checks and
+	// faults go to PostgreSQL directly.
+	Pooler bool
 }
 
 // Defaults are `make chaos`'s: 20,000 events per consumer, two
@@ -99,6 +104,7 @@ type run struct {
 	svcs      []*service
 	work      string
 	pg        *localpg.Server
+	bouncer   *localpg.Bouncer
 	db        *sql.DB // as the superuser: setup, faults, checks
 	bootstrap string
 	kc        *kfake.Cluster
@@ -295,6 +301,9 @@ func topicsOf(svcs []*service) []demo.Topic {
 // built. Every consumer logs in as its service's login (a member of its
 // group role: its own tables and rows, no DDL), as in production.
 func (r *run) databaseURL(service string) string {
+	if r.bouncer != nil {
+		return r.bouncer.URLAs(migrate.ServiceLogin(service), database)
+	}
 	return r.pg.URLAs(migrate.ServiceLogin(service), database)
 }
 
@@ -350,10 +359,34 @@ func (r *run) startPostgres(ctx context.Context) error {
 			}
 		}
 	}
+	if r.o.Pooler {
+		dir := filepath.Join(r.work, "pgbouncer")
+		if err := os.Mkdir(dir, 0o755); err != nil {
+			return err
+		}
+		if cred, err := localpg.PostgresUser(); err == nil && os.Geteuid() == 0 {
+			if err := os.Chown(dir, int(cred.Uid), int(cred.Gid)); err != nil {
+				return err
+			}
+		}
+		var users []string
+		for _, s := range r.svcs {
+			users = append(users, migrate.ServiceLogin(s.Service))
+		}
+		if r.bouncer, err = localpg.StartBouncer(ctx, dir, r.pg.Port(), database, localpg.BouncerOptions{Users: users}); err != nil {
+			return err
+		}
+		r.say("pgbouncer in transaction mode on port %d (4 server connections per service) between the consumers and PostgreSQL", r.bouncer.Port())
+	}
 	return nil
 }
 
 func (r *run) stopPostgres() {
+	if r.bouncer != nil {
+		if err := r.bouncer.Stop(); err != nil {
+			r.say("  ! stopping pgbouncer: %v", err)
+		}
+	}
 	if r.db != nil {
 		r.db.Close()
 	}

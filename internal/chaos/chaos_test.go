@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/pin-platform/pin/migrate/localpg"
 )
 
 // consumerBinaries returns a directory with the three consumer binaries:
@@ -72,6 +74,65 @@ func TestShortRun(t *testing.T) {
 		if s.poison == 0 || s.events != o.Events {
 			t.Errorf("%s: want %d events with poison among them", s.Line(), o.Events)
 		}
+	}
+	for _, p := range res.Problems {
+		t.Error(p)
+	}
+}
+
+// TestBehindPgBouncer runs 2,000 events per consumer through PgBouncer in
+// transaction mode (Debian's 1.18: no prepared statement support; four
+// server connections per service for two processes' pools) with the
+// default settings, the statement cache on: every effect must match the
+// model, exactly once, and only the poison in the DLQ.
+func TestBehindPgBouncer(t *testing.T) {
+	if _, err := localpg.PgBouncerPath(); err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatal(err)
+		}
+		t.Skip(err)
+	}
+	o := Defaults()
+	o.Seed, o.Events, o.Rate = 26, 2000, 200
+	o.Faults = Faults{}
+	o.Pooler = true
+	o.Keep = true // for the consumers' logs
+	o.RetryWindow, o.Timeout = 8*time.Second, 4*time.Minute
+	o.BinDir = consumerBinaries(t)
+	o.Out = logWriter{t}
+	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
+	defer cancel()
+	res, err := Run(ctx, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(res.WorkDir) })
+	if len(res.Services) != 3 {
+		t.Fatalf("%d services checked, want 3", len(res.Services))
+	}
+	for _, s := range res.Services {
+		t.Log(s.Line())
+		if !s.OK() {
+			t.Errorf("%s\n    %s", s.Line(), strings.Join(s.Notes(), "\n    "))
+		}
+		if s.events != o.Events {
+			t.Errorf("%s: want %d events", s.Line(), o.Events)
+		}
+	}
+	// The pooler did share its server connections: some process met a
+	// statement lost to it and turned its cache off.
+	logs, _ := filepath.Glob(filepath.Join(res.WorkDir, "logs", "*.log"))
+	warned := 0
+	for _, l := range logs {
+		b, err := os.ReadFile(l)
+		if err != nil {
+			t.Fatal(err)
+		}
+		warned += strings.Count(string(b), "most likely a pooler in transaction mode")
+	}
+	t.Logf("%d of %d consumer processes turned their statement cache off", warned, len(logs))
+	if warned == 0 {
+		t.Error("no consumer met a statement lost to the pooler: the run proves nothing about it")
 	}
 	for _, p := range res.Problems {
 		t.Error(p)

@@ -31,6 +31,8 @@ import (
 	"io/fs"
 	"net/url"
 	"os"
+	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -341,4 +343,48 @@ func randomHex(n int) string {
 		panic(err)
 	}
 	return hex.EncodeToString(b)
+}
+
+// Bouncer starts a PgBouncer (localpg.StartBouncer: by default in
+// transaction mode with four server connections per database and user) in
+// front of the server of dbURL, and returns dbURL through it; o.Users may
+// log in through it too. It stops when the test ends. Migrations and setup go to the server
+// directly. Without pgbouncer installed the test is skipped, or fails when
+// CI is true (.ci/run installs it).
+func Bouncer(t testing.TB, dbURL string, o localpg.BouncerOptions) string {
+	t.Helper()
+	if _, err := localpg.PgBouncerPath(); err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("pgtest: %v", err)
+		}
+		t.Skipf("pgtest: %v", err)
+	}
+	u, err := url.Parse(dbURL)
+	if err != nil {
+		t.Fatalf("pgtest: %v", err)
+	}
+	port, err := strconv.Atoi(u.Port())
+	if err != nil || (u.Hostname() != "127.0.0.1" && u.Hostname() != "localhost") {
+		t.Fatalf("pgtest: a bouncer needs a server on 127.0.0.1 with a port, not %s", u.Host)
+	}
+	dir, err := localpg.MkdirTemp("pgtest-bouncer-*")
+	if err != nil {
+		t.Fatalf("pgtest: %v", err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	db := strings.TrimPrefix(u.Path, "/")
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	o.Users = append([]string{u.User.Username()}, o.Users...)
+	b, err := localpg.StartBouncer(ctx, dir, port, db, o)
+	if err != nil {
+		t.Fatalf("pgtest: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := b.Stop(); err != nil {
+			t.Errorf("pgtest: %v", err)
+		}
+	})
+	u.Host = "127.0.0.1:" + strconv.Itoa(b.Port())
+	return u.String()
 }
