@@ -36,7 +36,6 @@ func TestABacklogOfLargeRecordsIsBoundedByBytesNotCount(t *testing.T) {
 		})
 		e.produce(0, v)
 	}
-	pad = ""
 	before := heap()
 
 	r := e.start(probeService(long...), consumertest.Options{})
