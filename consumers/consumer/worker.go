@@ -48,9 +48,12 @@ type worker struct {
 	ctx    context.Context
 	cancel context.CancelFunc
 
-	// Owned by the poll goroutine.
+	// Owned by the poll goroutine. refused is the size of the message a
+	// pause on bytes refused (0: the pause was not on bytes): the
+	// partition resumes only once it fits, or the partition holds nothing.
 	resumeFrom     kafka.Offset
 	lastDispatched kafka.Offset
+	refused        int64
 
 	// items is the batch being handled, and carry the messages taken out
 	// of in to be probed (probeUpcoming), handled before the next ones of in.
@@ -256,6 +259,10 @@ func (r *Runtime) dispatch(m *kafka.Message) {
 	held := w.bytes.Load()
 	fits := held == 0 || held+size <= r.cfg.QueueBytes
 	sent := false
+	w.refused = 0
+	if !fits {
+		w.refused = size
+	}
 	if fits {
 		w.bytes.Add(size) // before the hand-over: the worker subtracts it once done
 		select {
@@ -293,7 +300,7 @@ func (r *Runtime) adjustPauses() {
 		switch {
 		case !w.paused.Load() && waiting:
 			hold = append(hold, w)
-		case w.paused.Load() && !waiting && len(w.in) <= cap(w.in)/2 && w.bytes.Load() <= r.cfg.QueueBytes/2:
+		case w.paused.Load() && !waiting && len(w.in) <= cap(w.in)/2 && w.roomFor(r.cfg.QueueBytes):
 			resume = append(resume, w)
 		}
 	}
@@ -324,6 +331,13 @@ func (r *Runtime) adjustPauses() {
 		r.m.paused.Dec()
 		r.log.Debug().Int32("partition", tp.Partition).Int64("offset", int64(tp.Offset)).Msg("partition resumed")
 	}
+}
+
+// roomFor reports whether a paused partition's byte budget has room
+// again: at half, and for the message the pause refused (poll goroutine).
+func (w *worker) roomFor(budget int64) bool {
+	held := w.bytes.Load()
+	return held == 0 || (held <= budget/2 && held+w.refused <= budget)
 }
 
 func (w *worker) run() {
