@@ -63,7 +63,9 @@ type dlqProducer struct {
 	group string
 	log   zerolog.Logger
 
-	mu    sync.Mutex
+	// mu guards p: held shared while p is used (a Produce, a metadata
+	// read), exclusively to replace it.
+	mu    sync.RWMutex
 	p     *kafka.Producer
 	done  chan struct{}
 	fatal atomic.Bool
@@ -132,19 +134,48 @@ func (d *dlqProducer) open() error {
 	return nil
 }
 
-// producer returns the live producer, replacing one that failed fatally.
-func (d *dlqProducer) producer() (*kafka.Producer, error) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
+// use runs fn with the live producer, replacing one that failed fatally
+// first. The one replaced is closed once it has delivered the reports of
+// what it still had in flight (another worker may be waiting on one), so
+// nobody waits on a producer that is gone, or calls into one.
+func (d *dlqProducer) use(fn func(*kafka.Producer) error) error {
 	if d.fatal.Load() {
-		d.log.Warn().Msg("dlq producer failed fatally: replacing it")
-		d.p.Close()
-		<-d.done
-		if err := d.open(); err != nil {
-			return nil, err
+		d.mu.Lock()
+		if d.fatal.Load() {
+			d.log.Warn().Msg("dlq producer failed fatally: replacing it")
+			old, oldDone := d.p, d.done
+			if err := d.open(); err != nil {
+				d.mu.Unlock()
+				return fmt.Errorf("dlq producer: %w", err)
+			}
+			go func() {
+				old.Flush(int(d.deliveryTimeout().Milliseconds()))
+				old.Close()
+				<-oldDone
+			}()
+		}
+		d.mu.Unlock()
+	}
+	d.mu.RLock()
+	defer d.mu.RUnlock()
+	return fn(d.p)
+}
+
+// deliveryTimeout bounds the wait for a delivery report: librdkafka
+// reports every message within message.timeout.ms (5 min by default).
+func (d *dlqProducer) deliveryTimeout() time.Duration {
+	ms := 300000
+	for _, k := range []string{"message.timeout.ms", "delivery.timeout.ms"} {
+		switch v := d.cm[k].(type) {
+		case int:
+			ms = v
+		case string:
+			if n, err := strconv.Atoi(v); err == nil {
+				ms = n
+			}
 		}
 	}
-	return d.p, nil
+	return time.Duration(ms)*time.Millisecond + 10*time.Second
 }
 
 // send publishes the original key, value and headers plus the DLQ headers
@@ -187,6 +218,7 @@ func (d *dlqProducer) send(ctx context.Context, km *kafka.Message, code Code, re
 	// for its size.
 	type shape struct{ noHeaders, noValue, cutKey bool }
 	tried := map[shape]bool{}
+	part := d.partitionFor(km.TopicPartition.Partition)
 	var err error
 	for _, sh := range []shape{{}, {true, false, false}, {false, true, false}, {true, true, false},
 		{false, false, true}, {true, false, true}, {false, true, true}, {true, true, true}} {
@@ -197,7 +229,7 @@ func (d *dlqProducer) send(ctx context.Context, km *kafka.Message, code Code, re
 			continue
 		}
 		tried[sh] = true
-		m := d.dead(km, orig, ours, sh.noHeaders, sh.noValue, sh.cutKey, origBytes)
+		m := d.dead(km, part, orig, ours, sh.noHeaders, sh.noValue, sh.cutKey, origBytes)
 		if err = d.produce(ctx, m); !tooLarge(err) {
 			if err == nil && sh != (shape{}) {
 				d.log.Warn().Int("value_bytes", len(km.Value)).Int("headers_bytes", origBytes).Int("key_bytes", len(km.Key)).
@@ -211,10 +243,10 @@ func (d *dlqProducer) send(ctx context.Context, km *kafka.Message, code Code, re
 }
 
 // dead builds the DLQ record of km in one of send's shapes.
-func (d *dlqProducer) dead(km *kafka.Message, orig, ours []kafka.Header, noHeaders, noValue, cutKey bool, origBytes int) *kafka.Message {
+func (d *dlqProducer) dead(km *kafka.Message, part int32, orig, ours []kafka.Header, noHeaders, noValue, cutKey bool, origBytes int) *kafka.Message {
 	topic := d.topic
 	m := &kafka.Message{
-		TopicPartition: kafka.TopicPartition{Topic: &topic, Partition: d.partitionFor(km.TopicPartition.Partition)},
+		TopicPartition: kafka.TopicPartition{Topic: &topic, Partition: part},
 		Key:            km.Key,
 		Value:          km.Value,
 	}
@@ -247,17 +279,34 @@ func (d *dlqProducer) dead(km *kafka.Message, orig, ours []kafka.Header, noHeade
 // pin_consumer_dlq_partitions_missing naming the mismatch.
 func (d *dlqProducer) partitionFor(p int32) int32 {
 	d.pmu.Lock()
-	defer d.pmu.Unlock()
 	if p+1 > d.source {
 		d.source = p + 1
 	}
-	if d.partitions == 0 || (p >= d.partitions && time.Since(d.checked) > partitionsRecheck) {
-		d.readPartitionsLocked()
+	// Read the DLQ's partitions again while they are unknown, or while
+	// this partition is beyond them (the DLQ may have grown since): at
+	// most once a second, or once partitionsRecheck, and never under pmu
+	// (the rebalance callback takes it).
+	since := time.Since(d.checked)
+	read := (d.partitions == 0 && since > time.Second) || (p >= d.partitions && d.partitions > 0 && since > partitionsRecheck)
+	if read {
+		d.checked = time.Now()
 	}
-	if d.partitions == 0 || p < d.partitions {
+	n := d.partitions
+	d.pmu.Unlock()
+	if read {
+		if got, err := d.readPartitions(); err != nil {
+			d.log.Warn().Err(err).Msg("dlq: reading the DLQ topic's partitions failed")
+		} else {
+			d.pmu.Lock()
+			d.partitions, n = got, got
+			d.reportLocked()
+			d.pmu.Unlock()
+		}
+	}
+	if n == 0 || p < n {
 		return p // unknown: the broker's answer decides
 	}
-	return p % d.partitions
+	return p % n
 }
 
 // setPartitions records what the runtime read at start: the DLQ's and the
@@ -280,23 +329,23 @@ func (d *dlqProducer) sourcePartition(p int32) {
 	}
 }
 
-// readPartitionsLocked reads the DLQ's partition count from the broker;
-// on failure the last count stands.
-func (d *dlqProducer) readPartitionsLocked() {
-	d.checked = time.Now()
-	d.mu.Lock()
-	p := d.p
-	d.mu.Unlock()
-	topic := d.topic
-	md, err := p.GetMetadata(&topic, false, 5000)
-	if err != nil {
-		d.log.Warn().Err(err).Msg("dlq: reading the DLQ topic's partitions failed")
-		return
-	}
-	if t, ok := md.Topics[topic]; ok && t.Error.Code() == kafka.ErrNoError && len(t.Partitions) > 0 {
-		d.partitions = int32(len(t.Partitions))
-		d.reportLocked()
-	}
+// readPartitions reads the DLQ's partition count from the broker.
+func (d *dlqProducer) readPartitions() (int32, error) {
+	var n int32
+	err := d.use(func(p *kafka.Producer) error {
+		topic := d.topic
+		md, err := p.GetMetadata(&topic, false, 5000)
+		if err != nil {
+			return err
+		}
+		t, ok := md.Topics[topic]
+		if !ok || t.Error.Code() != kafka.ErrNoError || len(t.Partitions) == 0 {
+			return fmt.Errorf("topic %s has no partitions in the broker's answer", topic)
+		}
+		n = int32(len(t.Partitions))
+		return nil
+	})
+	return n, err
 }
 
 func (d *dlqProducer) reportLocked() {
@@ -324,14 +373,12 @@ func tooLarge(err error) bool {
 }
 
 func (d *dlqProducer) produce(ctx context.Context, m *kafka.Message) error {
-	p, err := d.producer()
-	if err != nil {
-		return fmt.Errorf("dlq producer: %w", err)
-	}
 	delivery := make(chan kafka.Event, 1)
-	if err := p.Produce(m, delivery); err != nil {
+	if err := d.use(func(p *kafka.Producer) error { return p.Produce(m, delivery) }); err != nil {
 		return d.unknownPartition(fmt.Errorf("dlq produce: %w", err))
 	}
+	timeout := time.NewTimer(d.deliveryTimeout())
+	defer timeout.Stop()
 	select {
 	case ev := <-delivery:
 		r, ok := ev.(*kafka.Message)
@@ -344,6 +391,8 @@ func (d *dlqProducer) produce(ctx context.Context, m *kafka.Message) error {
 		return nil
 	case <-ctx.Done():
 		return ctx.Err()
+	case <-timeout.C:
+		return errors.New("dlq produce: no delivery report within message.timeout.ms")
 	}
 }
 
@@ -355,13 +404,14 @@ func (d *dlqProducer) unknownPartition(err error) error {
 	if errors.As(err, &ke) && (ke.Code() == kafka.ErrUnknownPartition || ke.Code() == kafka.ErrUnknownTopicOrPart) {
 		d.pmu.Lock()
 		d.partitions = 0
+		d.checked = time.Time{} // read again on the next send
 		d.pmu.Unlock()
 	}
 	return err
 }
 
 func (d *dlqProducer) close() {
-	d.mu.Lock()
+	d.mu.Lock() // waits for the producer's users
 	defer d.mu.Unlock()
 	d.p.Flush(5000)
 	d.p.Close()

@@ -95,6 +95,9 @@ type Runtime struct {
 	cooperative bool
 	// consumerProtocol: group.protocol=consumer (KIP-848).
 	consumerProtocol bool
+	// closing: the consumer is being closed; a rebalance Close serves
+	// starts no worker and asks librdkafka nothing.
+	closing atomic.Bool
 	// assignErr is why the last assignment could not be taken (nil: it
 	// was): /readyz names it.
 	assignErr atomic.Pointer[string]
@@ -376,8 +379,12 @@ func (r *Runtime) pollLoop(ctx context.Context) error {
 			r.log.Warn().Err(e).Str("kafka_code", e.Code().String()).Msg("kafka error")
 		case *kafka.Stats:
 			// Under KIP-848 a member the broker gives no partition gets
-			// no assignment event at all: that it takes part in the group
-			// is known from librdkafka's statistics alone.
+			// no assignment event at all, and librdkafka reports nothing
+			// else about its membership (not its epoch): its link to the
+			// group coordinator ("up") stands in. Such a member holds
+			// nothing, so taking it for in while its heartbeats are
+			// refused costs nothing; taking it for out would keep an
+			// idle member unready for good.
 			if r.m.stats(e.String()) == "up" && r.consumerProtocol {
 				r.joined.Store(true)
 			}
@@ -387,6 +394,7 @@ func (r *Runtime) pollLoop(ctx context.Context) error {
 }
 
 func (r *Runtime) closeConsumer() {
+	r.closing.Store(true)
 	done := make(chan struct{})
 	go func() { _ = r.consumer.Close(); close(done) }()
 	select {
@@ -453,11 +461,18 @@ func consumerProtocol(cm kafka.ConfigMap) bool {
 func (r *Runtime) rebalance(c *kafka.Consumer, ev kafka.Event) error {
 	switch e := ev.(type) {
 	case kafka.AssignedPartitions:
+		if r.closing.Load() {
+			// An assignment queued before the shutdown, served by Close:
+			// taken as the protocol wants, with no worker (they are
+			// stopped) and without asking librdkafka its protocol, which
+			// can hang inside Close.
+			return r.assign(c, e.Partitions)
+		}
 		r.log.Info().Int("partitions", len(e.Partitions)).Str("assigned", fmtParts(e.Partitions)).Msg("partitions assigned")
 		// What librdkafka reports decides how to take the assignment;
 		// the configuration was the guess until now. (Asked here, inside
-		// Poll, never in a revoke: a revoke may run inside Close, where
-		// asking can hang, confluent-kafka-go#1016.)
+		// Poll, never in a revoke or while closing: inside Close asking
+		// can hang, confluent-kafka-go#1016.)
 		switch p := c.GetRebalanceProtocol(); p {
 		case "COOPERATIVE", "EAGER":
 			if coop := p == "COOPERATIVE"; coop != r.cooperative {
