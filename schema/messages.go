@@ -87,12 +87,8 @@ func (ParkedMessage) Fields() []ent.Field {
 
 func (ParkedMessage) Indexes() []ent.Index {
 	return []ent.Index{
-		// The message id too: after a topic is recreated (or a replay puts
-		// another message at an offset a parked row still holds) a
-		// different message at the same coordinates is parked beside the
-		// stale row, not taken for it.
-		index.Fields("consumer_group", "topic", "partition", "offset", "message_id").Unique().
-			StorageKey("ux_parked_messages_source_message"),
+		index.Fields("consumer_group", "topic", "partition", "offset").Unique().
+			StorageKey("ux_parked_messages_source"),
 		index.Fields("consumer_group", "next_attempt_at").StorageKey("ix_parked_messages_due"),
 	}
 }

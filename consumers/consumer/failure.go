@@ -185,7 +185,7 @@ func (w *worker) processOne(it *item, firstErr error) bool {
 			err = he.err
 		}
 		before := t.unexpected
-		v := r.decide(err, t, !r.svc.Blocking)
+		v := r.decide(err, t, !r.svc.Blocking && !it.inLine)
 		if before == 0 && t.unexpected == 1 {
 			since = time.Now().UnixNano()
 		}
@@ -196,7 +196,11 @@ func (w *worker) processOne(it *item, firstErr error) bool {
 			log.Info().Str("code", v.code.Name).Err(err).Int("attempts", it.attempts).Msg("retry-now")
 			continue
 		case actPark:
-			return w.park(it, v.code, err, t.step, v.delay)
+			ok, inLine := w.park(it, v.code, err, t.step, v.delay)
+			if !inLine || !ok {
+				return ok
+			}
+			continue // waited its delay; from now on it waits in line
 		case actDeadLetter:
 			return w.deadLetter(it, v.code, err, it.attempts)
 		case actCheck:

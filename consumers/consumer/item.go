@@ -27,6 +27,7 @@ type item struct {
 	outcome   Outcome
 	attempts  int
 	marked    bool            // its mark was found committed: a duplicate
+	inLine    bool            // it could not be parked: its retry-later waits are in line
 	attempt   *attemptSpans   // the spans of the attempt running now
 	log       *zerolog.Logger // the message's logger, built on first use
 }

@@ -29,8 +29,10 @@ import (
 
 // park stores the message for a later retry and acknowledges it. step is
 // the number of retry-later retries used with this one; delay is the wait
-// before it.
-func (w *worker) park(it *item, code Code, cause error, step int, delay time.Duration) bool {
+// before it. ok is false when the worker is stopping; inLine is true when
+// the message could not be parked (errParkedByAnother) and, its delay
+// waited, goes on in line.
+func (w *worker) park(it *item, code Code, cause error, step int, delay time.Duration) (ok, inLine bool) {
 	r := w.r
 	infra := newInfraBackoff()
 	next := time.Now().Add(delay)
@@ -40,12 +42,20 @@ func (w *worker) park(it *item, code Code, cause error, step int, delay time.Dur
 			break
 		}
 		if w.ctx.Err() != nil {
-			return false
+			return false, false
+		}
+		if errors.Is(err, errParkRowGone) {
+			continue
+		}
+		if errors.Is(err, errParkedByAnother) {
+			r.logFor(it).Warn().Err(err).Str("code", code.Name).Dur("retry_in", delay).Msg("cannot park: waiting in line instead")
+			it.inLine = true
+			return w.sleep(delay), true
 		}
 		if c, ok := classify(err, r.svc.InvalidCode); ok && c.Class == Invalid {
 			// The row cannot be written (a value PostgreSQL refuses): the
 			// message cannot wait, it goes to the DLQ with its own code.
-			return w.deadLetter(it, code, cause, it.attempts)
+			return w.deadLetter(it, code, cause, it.attempts), false
 		}
 		d := r.cfg.scale(infra.NextBackOff())
 		r.m.retry(Infrastructure, code.Name)
@@ -58,7 +68,7 @@ func (w *worker) park(it *item, code Code, cause error, step int, delay time.Dur
 		w.hold(held, err)
 		r.logFor(it).Warn().Err(err).Dur("retry_in", d).Msg("park failed")
 		if !w.sleep(d) {
-			return false
+			return false, false
 		}
 	}
 	w.release()
@@ -71,7 +81,7 @@ func (w *worker) park(it *item, code Code, cause error, step int, delay time.Dur
 	}
 	r.finish(it, cause)
 	w.ack(it.km.TopicPartition.Offset)
-	return true
+	return true, false
 }
 
 // cleanText makes s storable as PostgreSQL text: valid UTF-8, no NUL, and
@@ -106,15 +116,38 @@ func (r *Runtime) parkRow(ctx context.Context, it *item, code Code, cause error,
 		c.SetValue(it.km.Value)
 	}
 	err := c.OnConflictColumns(parkedmessage.FieldConsumerGroup, parkedmessage.FieldTopic,
-		parkedmessage.FieldPartition, parkedmessage.FieldOffset, parkedmessage.FieldMessageID).DoNothing().Exec(ctx)
+		parkedmessage.FieldPartition, parkedmessage.FieldOffset).DoNothing().Exec(ctx)
 	if errors.Is(err, stdsql.ErrNoRows) || ent.IsNotFound(err) {
-		// parked already: a redelivery of a message we parked. A row of
-		// another message at the same offset (a topic recreated, a replay)
-		// is stale and stays beside this one: each is re-driven on its own.
+		// A row holds the message's coordinates already: a redelivery of
+		// a message we parked, or another message's (a topic recreated,
+		// a replay to an offset a row still holds).
+		held, err := r.client.ParkedMessage.Query().Where(
+			parkedmessage.ConsumerGroup(r.svc.Group), parkedmessage.Topic(r.svc.Topic),
+			parkedmessage.Partition(it.km.TopicPartition.Partition), parkedmessage.Offset(int64(it.km.TopicPartition.Offset))).
+			Select(parkedmessage.FieldMessageID).String(ctx)
+		switch {
+		case ent.IsNotFound(err):
+			return errParkRowGone // re-driven and deleted meanwhile: park again
+		case err != nil:
+			return err
+		case held != it.msg.MessageID.String():
+			return errParkedByAnother
+		}
 		return nil
 	}
 	return err
 }
+
+// errParkedByAnother: another message's row holds this message's source
+// coordinates (a stale row of a recreated topic, or of a replay to an
+// offset a row still holds). That row stays for its own re-drive; this
+// message cannot be parked beside it (the row's key is its coordinates),
+// so it waits in line instead, as in a Blocking service.
+var errParkedByAnother = errors.New("another message's parked row holds this message's source offset")
+
+// errParkRowGone: the row that held the coordinates was deleted between
+// the insert and the read; the park is tried again.
+var errParkRowGone = errors.New("the parked row at this message's offset went away meanwhile")
 
 // redriveLoop re-runs due parked messages until ctx ends.
 func (r *Runtime) redriveLoop(ctx context.Context) {

@@ -935,9 +935,10 @@ func TestMessageDurationCountsTheWaitInTheQueue(t *testing.T) {
 
 // A parked row of another message at the coordinates of this one (the
 // topic was deleted and recreated, or a replay put another message at an
-// offset a row still holds) is stale, not this message: this one is parked
-// beside it, applies when its lead comes, and the stale row stays for its
-// own re-drive — neither message is lost.
+// offset a row still holds) is not this message: this one, which cannot
+// be parked beside it, waits in line (unacknowledged), applies when its
+// lead comes, and the stale row stays for its own re-drive — neither
+// message is lost, and the schema stays as older binaries know it.
 func TestAParkedRowOfAnotherMessageAtTheSameOffsetIsNotThisOne(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
@@ -951,14 +952,21 @@ func TestAParkedRowOfAnotherMessageAtTheSameOffsetIsNotThisOne(t *testing.T) {
 	if tp := e.cluster.Produce(t, probeTopic, kafkatest.Message{Partition: 0, Key: []byte("k"), Value: v}); tp[0].Offset != 0 {
 		t.Fatalf("produced at offset %d, want 0 (the stale row's)", tp[0].Offset)
 	}
-	consumertest.Start(t, e.cluster.Bootstrap, e.url, probeService(long...), consumertest.Options{})
-	e.waitCommitted(1)
-	if n := e.count(`SELECT count(*) FROM parked_messages WHERE message_id = '` + id.String() + `'`); n != 1 {
-		t.Fatalf("the message's parked rows: %d, want 1 (it was taken for the stale row at its offset)", n)
+	var inLine atomic.Bool
+	consumertest.Start(t, e.cluster.Bootstrap, e.url, probeService(long...),
+		consumertest.Options{Logger: watchedLogger(`"message":"cannot park: waiting in line instead"`, &inLine)})
+	kafkatest.Eventually(t, 30*time.Second, inLine.Load, "the message to wait in line")
+	// Not taken for the stale row: not acknowledged, not lost.
+	if c := e.committed(); c != 0 {
+		t.Fatalf("committed %d while the message waits in line, want 0", c)
 	}
 	e.insertLead(missing)
-	kafkatest.Eventually(t, 20*time.Second, func() bool { return e.events(missing) == 1 }, "the parked message to apply")
+	kafkatest.Eventually(t, 20*time.Second, func() bool { return e.events(missing) == 1 }, "the message to apply once its lead exists")
+	e.waitCommitted(1)
 	if n := e.count(`SELECT count(*) FROM parked_messages WHERE message_id = '` + staleID.String() + `'`); n != 1 {
 		t.Fatalf("the stale row: %d, want 1 (kept for its own re-drive)", n)
+	}
+	if n := e.count(`SELECT count(*) FROM parked_messages WHERE message_id = '` + id.String() + `'`); n != 0 {
+		t.Fatalf("the message's parked rows: %d, want 0 (it waited in line)", n)
 	}
 }

@@ -229,9 +229,9 @@ var (
 		PrimaryKey: []*schema.Column{ParkedMessagesColumns[0]},
 		Indexes: []*schema.Index{
 			{
-				Name:    "ux_parked_messages_source_message",
+				Name:    "ux_parked_messages_source",
 				Unique:  true,
-				Columns: []*schema.Column{ParkedMessagesColumns[1], ParkedMessagesColumns[2], ParkedMessagesColumns[3], ParkedMessagesColumns[4], ParkedMessagesColumns[8]},
+				Columns: []*schema.Column{ParkedMessagesColumns[1], ParkedMessagesColumns[2], ParkedMessagesColumns[3], ParkedMessagesColumns[4]},
 			},
 			{
 				Name:    "ix_parked_messages_due",
