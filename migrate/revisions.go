@@ -12,6 +12,7 @@ import (
 
 	atlasmigrate "ariga.io/atlas/sql/migrate"
 	"ariga.io/atlas/sql/schema"
+	"github.com/lib/pq"
 )
 
 // The revision table is the Atlas CLI's: same schema, table, columns and
@@ -45,12 +46,17 @@ func revisionSchema(u *url.URL) string {
 
 // RevisionTableOf is the revision table `pinctl migrate apply` keeps for
 // databaseURL, schema-qualified and quoted for SQL: what the consumers'
-// schema gate reads. A URL that does not parse (a key=value string, which
-// apply refuses) gets the database-wide table.
+// schema gate reads. A key=value string (which apply refuses) is read the
+// same way: its search_path, as lib/pq sends it, names the schema. The
+// owner's URL and the services' must name the same search_path (or none):
+// it decides where the tables and their history are.
 func RevisionTableOf(databaseURL string) string {
 	u, err := url.Parse(databaseURL)
 	if err != nil || u.Scheme == "" {
 		u = nil
+		if cfg, err := pq.NewConfig(databaseURL); err == nil && cfg.Runtime["search_path"] != "" {
+			u = &url.URL{RawQuery: url.Values{"search_path": {cfg.Runtime["search_path"]}}.Encode()}
+		}
 	}
 	return (&revisions{schema: revisionSchema(u)}).table()
 }
