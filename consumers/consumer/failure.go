@@ -176,13 +176,21 @@ func (w *worker) processOne(it *item, firstErr error) bool {
 			// Marks go in last: a redelivered message's handler runs on
 			// the state it left itself, and may fail on it. Its mark says
 			// whether it was processed (or is being so right now).
-			if processed, perr := r.processedElsewhere(w.ctx, it); perr == nil && processed {
+			processed, perr := r.processedElsewhere(w.ctx, it)
+			switch {
+			case perr != nil:
+				// Unknown whether it was processed: the handler's
+				// failure cannot count yet; the mark's read failing
+				// (the database, a pooler) decides the wait.
+				err = perr
+			case processed:
 				it.outcome, it.st = SkippedDuplicate, nil
 				w.finish(it, nil)
 				w.ack(it.km.TopicPartition.Offset)
 				return true
+			default:
+				err = he.err
 			}
-			err = he.err
 		}
 		before := t.unexpected
 		v := r.decide(err, t, !r.svc.Blocking && !it.inLine)
