@@ -3,8 +3,10 @@ package consumer
 import (
 	"errors"
 	"fmt"
+	"reflect"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/confluentinc/confluent-kafka-go/v2/kafka"
@@ -14,46 +16,48 @@ import (
 	"github.com/pin-platform/pin/internal/kafkaenv"
 )
 
-// Config is a consumer process's configuration (docs/contract.md §2).
+// Config is a consumer process's configuration (docs/contract.md §2),
+// declared: each field's env tag names its variable, default is its value
+// when unset or empty, required and min/max bound it (ConfigFromEnv;
+// ConfigVars lists them). Durations and RETRY_TIME_SCALE must be > 0; an
+// int64 is a size in bytes (ParseBytes), ≥ 1; an int is a whole number ≥
+// min (default 1).
 type Config struct {
-	Brokers        string        // KAFKA_BOOTSTRAP_SERVERS
-	DatabaseURL    string        // DATABASE_URL
-	HTTPAddr       string        // HTTP_ADDR
-	LogLevel       zerolog.Level // LOG_LEVEL
-	RetryTimeScale float64       // RETRY_TIME_SCALE, > 0
+	Brokers        string        `env:"KAFKA_BOOTSTRAP_SERVERS" required:"true" help:"broker list"`
+	DatabaseURL    string        `env:"DATABASE_URL" required:"true" help:"PostgreSQL URL or key=value string"`
+	HTTPAddr       string        `env:"HTTP_ADDR" help:"/metrics, /healthz, /readyz (default: the service's)"`
+	LogLevel       zerolog.Level `env:"LOG_LEVEL" default:"info" help:"trace … error"`
+	RetryTimeScale float64       `env:"RETRY_TIME_SCALE" default:"1" help:"multiplies every retry delay"`
 	// Kafka holds every other KAFKA_<PROPERTY> as a librdkafka property
 	// (package kafkaenv).
 	Kafka kafka.ConfigMap
 
-	BatchSize int // CONSUMER_BATCH_SIZE: messages of one partition per transaction (default 64)
-	QueueSize int // CONSUMER_QUEUE_SIZE: messages buffered per partition before it is paused (default 256)
-	// QueueBytes (CONSUMER_QUEUE_BYTES): what a partition's messages may
-	// hold, queued or in a transaction, before it is paused (default
-	// DefaultQueueBytes). TransactionBytes (CONSUMER_TRANSACTION_BYTES):
-	// what one transaction's messages may hold (default
-	// DefaultTransactionBytes). A larger message still goes, alone.
-	QueueBytes       int64
-	TransactionBytes int64
-	DrainTimeout     time.Duration // CONSUMER_DRAIN_TIMEOUT: budget to finish in-flight work on revoke and shutdown (default 10s)
-	StuckAfter       time.Duration // CONSUMER_STUCK_AFTER: /readyz fails when a partition with work made no progress for this long (default 2m)
-	ParkedPoll       time.Duration // CONSUMER_PARKED_POLL: how often parked messages are looked for (default 1s, scaled)
-	// MaxClockSkew (MAX_CLOCK_SKEW): a CreatedAt or payload time further
-	// than this in the future makes the message invalid (default 24h).
-	MaxClockSkew time.Duration
-	// SchemaRecheck (CONSUMER_SCHEMA_RECHECK): how often the schema gate
-	// reads the migration history again while the database is behind the
-	// binary (default 5s).
-	SchemaRecheck time.Duration
-	DBMaxConns    int // DATABASE_MAX_CONNS (default 16)
-	// StatementCache (DATABASE_STATEMENT_CACHE): statements each pool
-	// connection keeps prepared (default DefaultStatementCache; 0: none).
-	StatementCache int
-	Pprof          bool // CONSUMER_PPROF: serve net/http/pprof under /debug/pprof/ on HTTP_ADDR (default false)
-	// Transactions (CONSUMER_TRANSACTIONS) is how many transactions run at
-	// once, each carrying the runs of every partition that became ready
-	// while the one before it ran (scheduler.go; default
-	// DefaultTransactions).
-	Transactions int
+	BatchSize int `env:"CONSUMER_BATCH_SIZE" default:"64" help:"messages of one partition per transaction, ≤ MaxBatchSize"`
+	QueueSize int `env:"CONSUMER_QUEUE_SIZE" default:"256" help:"messages buffered per partition before it is paused"`
+	// QueueBytes: what a partition's messages may hold, queued or in a
+	// transaction, before it is paused (DefaultQueueBytes).
+	// TransactionBytes: what one transaction's messages may hold
+	// (DefaultTransactionBytes). A larger message still goes, alone.
+	QueueBytes       int64         `env:"CONSUMER_QUEUE_BYTES" default:"2MiB" help:"bytes of messages per partition"`
+	TransactionBytes int64         `env:"CONSUMER_TRANSACTION_BYTES" default:"2MiB" help:"bytes of messages per transaction"`
+	DrainTimeout     time.Duration `env:"CONSUMER_DRAIN_TIMEOUT" default:"10s" help:"budget to finish in-flight work on revoke and shutdown"`
+	StuckAfter       time.Duration `env:"CONSUMER_STUCK_AFTER" default:"2m" help:"/readyz fails when a partition with work made no progress for this long"`
+	ParkedPoll       time.Duration `env:"CONSUMER_PARKED_POLL" default:"1s" help:"how often parked messages are looked for (scaled)"`
+	// MaxClockSkew: a CreatedAt or payload time further than this in the
+	// future makes the message invalid.
+	MaxClockSkew time.Duration `env:"MAX_CLOCK_SKEW" default:"24h" help:"a time further ahead makes a message invalid"`
+	// SchemaRecheck: how often the schema gate reads the migration history
+	// again while the database is behind the binary.
+	SchemaRecheck time.Duration `env:"CONSUMER_SCHEMA_RECHECK" default:"5s" help:"how often the schema gate looks again"`
+	DBMaxConns    int           `env:"DATABASE_MAX_CONNS" default:"16" help:"connection pool size"`
+	// StatementCache: statements each pool connection keeps prepared
+	// (DefaultStatementCache; 0: none).
+	StatementCache int  `env:"DATABASE_STATEMENT_CACHE" default:"512" min:"0" help:"statements kept prepared per connection (0: off)"`
+	Pprof          bool `env:"CONSUMER_PPROF" default:"false" help:"serve net/http/pprof under /debug/pprof/ on HTTP_ADDR"`
+	// Transactions is how many transactions run at once, each carrying the
+	// runs of every partition that became ready while the one before it
+	// ran (scheduler.go; DefaultTransactions).
+	Transactions int `env:"CONSUMER_TRANSACTIONS" default:"2" help:"transactions running at once"`
 	// Warnings are one line each about the environment: Kubernetes
 	// service-link variables ignored, a renamed variable.
 	Warnings []string
@@ -108,6 +112,134 @@ type ConfigError struct {
 func (e *ConfigError) Error() string { return e.Var + ": " + e.Err.Error() }
 func (e *ConfigError) Unwrap() error { return e.Err }
 
+// ConfigVar is a declared variable of Config: its name, its default as
+// written in the environment ("" when the service gives it, "required"
+// when it has none) and what it is.
+type ConfigVar struct{ Name, Default, Help string }
+
+// configField is a Config field's declaration.
+type configField struct {
+	ConfigVar
+	index    int
+	required bool
+	min      int64 // of an int, a duration, a size
+}
+
+// configFields reads Config's tags once.
+var configFields = sync.OnceValue(func() []configField {
+	var fs []configField
+	t := reflect.TypeFor[Config]()
+	for i := range t.NumField() {
+		sf := t.Field(i)
+		name, ok := sf.Tag.Lookup("env")
+		if !ok {
+			continue
+		}
+		f := configField{ConfigVar: ConfigVar{Name: name, Default: sf.Tag.Get("default"), Help: sf.Tag.Get("help")},
+			index: i, required: sf.Tag.Get("required") == "true", min: 1}
+		if f.required {
+			f.Default = "required"
+		}
+		if v, ok := sf.Tag.Lookup("min"); ok {
+			f.min, _ = strconv.ParseInt(v, 10, 64)
+		}
+		fs = append(fs, f)
+	}
+	return fs
+})
+
+// ConfigVars lists Config's variables, in its order.
+func ConfigVars() []ConfigVar {
+	var vs []ConfigVar
+	for _, f := range configFields() {
+		vs = append(vs, f.ConfigVar)
+	}
+	return vs
+}
+
+// DefaultConfig is the configuration of an empty environment, less the
+// required variables, HTTPAddr and Kafka.
+func DefaultConfig() Config { return defaultConfig() }
+
+var defaultConfig = sync.OnceValue(func() Config {
+	var c Config
+	for _, f := range configFields() {
+		if f.Default != "" && !f.required {
+			if err := f.set(&c, f.Default); err != nil {
+				panic("consumer: Config's default of " + f.Name + ": " + err.Error())
+			}
+		}
+	}
+	return c
+})
+
+// set parses v into f's field of c; the error never holds v.
+func (f configField) set(c *Config, v string) error {
+	dst := reflect.ValueOf(c).Elem().Field(f.index)
+	switch dst.Addr().Interface().(type) {
+	case *string:
+		dst.SetString(v)
+	case *bool:
+		b, err := strconv.ParseBool(v)
+		if err != nil {
+			return errors.New("is not a boolean (true, false)")
+		}
+		dst.SetBool(b)
+	case *float64:
+		x, err := strconv.ParseFloat(v, 64)
+		if err != nil || !(x > 0) {
+			return errors.New("is not a number > 0")
+		}
+		dst.SetFloat(x)
+	case *zerolog.Level:
+		l, err := zerolog.ParseLevel(strings.ToLower(v))
+		if err != nil || l == zerolog.NoLevel {
+			return errors.New("is not a level (trace, debug, info, warn, error)")
+		}
+		dst.Set(reflect.ValueOf(l))
+	case *time.Duration:
+		d, err := time.ParseDuration(v)
+		if err != nil || d <= 0 {
+			return errors.New("is not a positive duration (e.g. 10s)")
+		}
+		dst.SetInt(int64(d))
+	case *int64:
+		n, err := ParseBytes(v)
+		if err != nil || n < 1 {
+			return errors.New("is not a size in bytes ≥ 1 (e.g. 2097152, 2MiB, 512KiB)")
+		}
+		dst.SetInt(n)
+	case *int:
+		n, err := strconv.Atoi(v)
+		if err != nil || int64(n) < f.min {
+			return fmt.Errorf("is not a whole number ≥ %d", f.min)
+		}
+		dst.SetInt(int64(n))
+	default:
+		panic("consumer: Config has a field of a type it cannot read: " + f.Name)
+	}
+	return nil
+}
+
+// withDefaults returns c with each number below its bound (a zero
+// Config's) at its default: New runs a Config built without ConfigFromEnv.
+func (c Config) withDefaults() Config {
+	cv, dv := reflect.ValueOf(&c).Elem(), reflect.ValueOf(defaultConfig())
+	for _, f := range configFields() {
+		switch v := cv.Field(f.index); v.Kind() {
+		case reflect.Int, reflect.Int64:
+			if v.Int() < f.min {
+				v.Set(dv.Field(f.index))
+			}
+		case reflect.Float64:
+			if !(v.Float() > 0) {
+				v.Set(dv.Field(f.index))
+			}
+		}
+	}
+	return c
+}
+
 // ConfigFromEnv reads the configuration from environ ("NAME=value" pairs, as
 // os.Environ returns them). defaultHTTP is the service's HTTP_ADDR default.
 func ConfigFromEnv(environ []string, defaultHTTP string) (Config, error) {
@@ -117,26 +249,8 @@ func ConfigFromEnv(environ []string, defaultHTTP string) (Config, error) {
 			env[k] = v
 		}
 	}
-	c := Config{
-		HTTPAddr:       defaultHTTP,
-		LogLevel:       zerolog.InfoLevel,
-		RetryTimeScale: 1,
-		Kafka:          kafka.ConfigMap{},
-		BatchSize:      64,
-		QueueSize:      256,
-		DrainTimeout:   10 * time.Second,
-		StuckAfter:     2 * time.Minute,
-		ParkedPoll:     time.Second,
-		SchemaRecheck:  5 * time.Second,
-		MaxClockSkew:   24 * time.Hour,
-		DBMaxConns:     16,
-		StatementCache: DefaultStatementCache,
-
-		QueueBytes:       DefaultQueueBytes,
-		TransactionBytes: DefaultTransactionBytes,
-
-		Transactions: DefaultTransactions,
-	}
+	c := defaultConfig()
+	c.HTTPAddr = defaultHTTP
 	var errs []error
 	fail := func(name string, err error) { errs = append(errs, &ConfigError{Var: name, Err: err}) }
 
@@ -145,79 +259,7 @@ func ConfigFromEnv(environ []string, defaultHTTP string) (Config, error) {
 	if w := kc.Warning(); w != "" {
 		c.Warnings = append(c.Warnings, w)
 	}
-	if c.Brokers = kc.Brokers; c.Brokers == "" {
-		fail("KAFKA_BOOTSTRAP_SERVERS", errors.New("required"))
-	}
-	if c.DatabaseURL = env["DATABASE_URL"]; c.DatabaseURL == "" {
-		fail("DATABASE_URL", errors.New("required"))
-	} else if _, err := pq.NewConfig(c.DatabaseURL); err != nil {
-		// Never the value nor the parser's text: both may hold the password.
-		fail("DATABASE_URL", errors.New("is neither a postgres:// URL nor a key=value string (in a URL, percent-encode the password's %, @, : and /: %25, %40, %3A, %2F)"))
-	}
-	if v, ok := env["HTTP_ADDR"]; ok && v != "" {
-		c.HTTPAddr = v
-	}
-	if v := env["LOG_LEVEL"]; v != "" {
-		l, err := zerolog.ParseLevel(strings.ToLower(v))
-		if err != nil || l == zerolog.NoLevel {
-			fail("LOG_LEVEL", errors.New("is not a level (trace, debug, info, warn, error)"))
-		}
-		c.LogLevel = l
-	}
-	if v := env["RETRY_TIME_SCALE"]; v != "" {
-		f, err := strconv.ParseFloat(v, 64)
-		if err != nil || !(f > 0) {
-			fail("RETRY_TIME_SCALE", errors.New("is not a number > 0"))
-		}
-		c.RetryTimeScale = f
-	}
-	wholeVar := func(name string, dst *int, least int) {
-		if v := env[name]; v != "" {
-			n, err := strconv.Atoi(v)
-			if err != nil || n < least {
-				fail(name, fmt.Errorf("is not a whole number ≥ %d", least))
-				return
-			}
-			*dst = n
-		}
-	}
-	intVar := func(name string, dst *int) { wholeVar(name, dst, 1) }
-	countVar := func(name string, dst *int) { wholeVar(name, dst, 0) } // 0: off
-	durVar := func(name string, dst *time.Duration) {
-		if v := env[name]; v != "" {
-			d, err := time.ParseDuration(v)
-			if err != nil || d <= 0 {
-				fail(name, errors.New("is not a positive duration (e.g. 10s)"))
-				return
-			}
-			*dst = d
-		}
-	}
-	if v := env["CONSUMER_PPROF"]; v != "" {
-		b, err := strconv.ParseBool(v)
-		if err != nil {
-			fail("CONSUMER_PPROF", errors.New("is not a boolean (true, false)"))
-		}
-		c.Pprof = b
-	}
-	intVar("CONSUMER_BATCH_SIZE", &c.BatchSize)
-	if c.BatchSize > MaxBatchSize {
-		fail("CONSUMER_BATCH_SIZE", fmt.Errorf("is above %d", MaxBatchSize))
-	}
-	intVar("CONSUMER_QUEUE_SIZE", &c.QueueSize)
-	intVar("DATABASE_MAX_CONNS", &c.DBMaxConns)
-	bytesVar := func(name string, dst *int64) {
-		if v := env[name]; v != "" {
-			n, err := ParseBytes(v)
-			if err != nil || n < 1 {
-				fail(name, errors.New("is not a size in bytes ≥ 1 (e.g. 2097152, 2MiB, 512KiB)"))
-				return
-			}
-			*dst = n
-		}
-	}
-	bytesVar("CONSUMER_QUEUE_BYTES", &c.QueueBytes)
-	bytesVar("CONSUMER_TRANSACTION_BYTES", &c.TransactionBytes)
+	env["KAFKA_BOOTSTRAP_SERVERS"] = kc.Brokers
 	// The two knobs that CONSUMER_TRANSACTIONS replaced: the shared lanes
 	// carry over, the cap on a partition's own transactions has no meaning
 	// left (every transaction takes a lane).
@@ -234,14 +276,23 @@ func ConfigFromEnv(environ []string, defaultHTTP string) (Config, error) {
 	if _, ok := env["CONSUMER_MAX_TRANSACTIONS"]; ok {
 		c.Warnings = append(c.Warnings, "CONSUMER_MAX_TRANSACTIONS is ignored: CONSUMER_TRANSACTIONS caps every transaction")
 	}
-	intVar("CONSUMER_TRANSACTIONS", &c.Transactions)
-	countVar("DATABASE_STATEMENT_CACHE", &c.StatementCache)
-	durVar("CONSUMER_DRAIN_TIMEOUT", &c.DrainTimeout)
-	durVar("CONSUMER_STUCK_AFTER", &c.StuckAfter)
-	durVar("CONSUMER_PARKED_POLL", &c.ParkedPoll)
-	durVar("CONSUMER_SCHEMA_RECHECK", &c.SchemaRecheck)
-	durVar("MAX_CLOCK_SKEW", &c.MaxClockSkew)
-
+	for _, f := range configFields() {
+		switch v := env[f.Name]; {
+		case v == "" && f.required:
+			fail(f.Name, errors.New("required"))
+		case v != "":
+			if err := f.set(&c, v); err != nil {
+				fail(f.Name, err)
+			}
+		}
+	}
+	if c.BatchSize > MaxBatchSize {
+		fail("CONSUMER_BATCH_SIZE", fmt.Errorf("is above %d", MaxBatchSize))
+	}
+	if _, err := pq.NewConfig(c.DatabaseURL); c.DatabaseURL != "" && err != nil {
+		// Never the value nor the parser's text: both may hold the password.
+		fail("DATABASE_URL", errors.New("is neither a postgres:// URL nor a key=value string (in a URL, percent-encode the password's %, @, : and /: %25, %40, %3A, %2F)"))
+	}
 	if len(errs) > 0 {
 		return c, errors.Join(errs...)
 	}

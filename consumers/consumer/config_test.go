@@ -2,9 +2,12 @@ package consumer
 
 import (
 	"errors"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 func TestConfigFromEnv(t *testing.T) {
@@ -139,4 +142,60 @@ func TestConfigFromEnv(t *testing.T) {
 			}
 		})
 	}
+}
+
+func TestConfigIsDeclared(t *testing.T) {
+	base := []string{"KAFKA_BOOTSTRAP_SERVERS=b:9092", "DATABASE_URL=postgres://db"}
+	vars := ConfigVars()
+	byName := map[string]ConfigVar{}
+	for _, v := range vars {
+		byName[v.Name] = v
+	}
+	if len(byName) != len(vars) || byName["DATABASE_URL"].Default != "required" || byName["CONSUMER_STUCK_AFTER"].Default != "2m" ||
+		byName["CONSUMER_QUEUE_BYTES"].Default != "2MiB" || byName["HTTP_ADDR"].Default != "" || byName["LOG_LEVEL"].Help == "" {
+		t.Fatalf("ConfigVars: %+v", vars)
+	}
+	t.Run("each default, set, is the default", func(t *testing.T) {
+		want, err := ConfigFromEnv(base, ":1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, v := range vars {
+			if v.Default == "" || v.Default == "required" {
+				continue
+			}
+			got, err := ConfigFromEnv(append(base, v.Name+"="+v.Default), ":1")
+			if err != nil || !reflect.DeepEqual(got, want) {
+				t.Errorf("%s=%s: %+v, %v; want the unset configuration %+v", v.Name, v.Default, got, err, want)
+			}
+		}
+	})
+	t.Run("a bad value is named, never echoed", func(t *testing.T) {
+		const bad = "s3cr3t:value"
+		for _, v := range vars {
+			if v.Name == "KAFKA_BOOTSTRAP_SERVERS" || v.Name == "HTTP_ADDR" {
+				continue // any text
+			}
+			_, err := ConfigFromEnv(append(base, v.Name+"="+bad), "")
+			var ce *ConfigError
+			if !errors.As(err, &ce) || ce.Var != v.Name || strings.Contains(err.Error(), "s3cr3t") {
+				t.Errorf("%s=%s: %v, want a ConfigError naming the variable, not the value", v.Name, bad, err)
+			}
+		}
+	})
+	t.Run("New takes a zero field as its default", func(t *testing.T) {
+		svc := Service{Name: "x", Topic: "t", Group: "g", DLQTopic: "d", InvalidCode: Code{Name: "X_INVALID", Class: Invalid},
+			Routes: []Route{{EventType: "e"}}}
+		r, err := New(Config{StatementCache: 0}, svc, nil, nil, Options{Registry: prometheus.NewRegistry()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := DefaultConfig()
+		want.StatementCache = 0 // 0 is a setting: off
+		want.LogLevel = r.cfg.LogLevel
+		want.Kafka = r.cfg.Kafka
+		if !reflect.DeepEqual(r.cfg, want) {
+			t.Fatalf("New(Config{}) runs %+v, want the declared defaults %+v", r.cfg, want)
+		}
+	})
 }

@@ -113,33 +113,10 @@ func New(cfg Config, svc Service, client *ent.Client, db *sql.DB, opts Options) 
 	if svc.InvalidCode.Name == "" {
 		return nil, errors.New("consumer: service needs an InvalidCode")
 	}
-	if cfg.RetryTimeScale <= 0 {
-		cfg.RetryTimeScale = 1
-	}
-	cfg.BatchSize = min(max(cfg.BatchSize, 1), MaxBatchSize)
+	cfg = cfg.withDefaults()
+	cfg.BatchSize = min(cfg.BatchSize, MaxBatchSize)
 	if cfg.QueueSize < cfg.BatchSize {
 		cfg.QueueSize = cfg.BatchSize
-	}
-	if cfg.QueueBytes <= 0 {
-		cfg.QueueBytes = DefaultQueueBytes
-	}
-	if cfg.TransactionBytes <= 0 {
-		cfg.TransactionBytes = DefaultTransactionBytes
-	}
-	if cfg.DrainTimeout <= 0 {
-		cfg.DrainTimeout = 10 * time.Second
-	}
-	if cfg.StuckAfter <= 0 {
-		cfg.StuckAfter = 2 * time.Minute
-	}
-	if cfg.ParkedPoll <= 0 {
-		cfg.ParkedPoll = time.Second
-	}
-	if cfg.MaxClockSkew <= 0 {
-		cfg.MaxClockSkew = 24 * time.Hour
-	}
-	if cfg.SchemaRecheck <= 0 {
-		cfg.SchemaRecheck = 5 * time.Second
 	}
 	r := &Runtime{
 		cfg: cfg, svc: svc, client: client, db: db,

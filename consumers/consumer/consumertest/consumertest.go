@@ -26,14 +26,14 @@ import (
 
 // Options tune Start. Zero values give a fast test configuration.
 type Options struct {
-	RetryTimeScale float64 // default 0.001: 1 s of backoff becomes 1 ms
-	BatchSize      int     // default 64
-	QueueSize      int
+	RetryTimeScale float64         // default 0.001: 1 s of backoff becomes 1 ms
+	BatchSize      int             // 0: the default (consumer.DefaultConfig)
+	QueueSize      int             // 0: the default
 	Kafka          kafka.ConfigMap // extra librdkafka properties
 	TracerProvider trace.TracerProvider
 	HTTP           bool // serve /metrics, /healthz, /readyz on 127.0.0.1:0
 	Logger         *zerolog.Logger
-	Transactions   int // CONSUMER_TRANSACTIONS; 0: the default (consumer.DefaultTransactions)
+	Transactions   int // CONSUMER_TRANSACTIONS; 0: the default
 	// SchemaVersion is the schema gate's migration; "": the newest
 	// embedded one (migrate.Latest), as the binaries run.
 	SchemaVersion string
@@ -60,15 +60,6 @@ func Start(t testing.TB, brokers, dbURL string, build func(prometheus.Registerer
 	if o.RetryTimeScale == 0 {
 		o.RetryTimeScale = 0.001
 	}
-	if o.BatchSize == 0 {
-		o.BatchSize = 64
-	}
-	if o.QueueSize == 0 {
-		o.QueueSize = 256
-	}
-	if o.Transactions == 0 {
-		o.Transactions = consumer.DefaultTransactions
-	}
 	if o.SchemaVersion == "" {
 		v, err := migrate.Latest()
 		if err != nil {
@@ -94,6 +85,8 @@ func Start(t testing.TB, brokers, dbURL string, build func(prometheus.Registerer
 	for k, v := range o.Kafka {
 		km[k] = v
 	}
+	// The declared defaults (New takes a zero field as its default), with
+	// a test's: faster, smaller.
 	cfg := consumer.Config{
 		Brokers:        brokers,
 		DatabaseURL:    dbURL,
@@ -104,7 +97,6 @@ func Start(t testing.TB, brokers, dbURL string, build func(prometheus.Registerer
 		QueueSize:      o.QueueSize,
 		DrainTimeout:   5 * time.Second,
 		StuckAfter:     time.Minute,
-		ParkedPoll:     time.Second,
 		SchemaRecheck:  o.SchemaRecheck,
 		DBMaxConns:     8,
 		Transactions:   o.Transactions,
@@ -117,7 +109,7 @@ func Start(t testing.TB, brokers, dbURL string, build func(prometheus.Registerer
 	if !o.AsOwner && hasRole(t, dbURL, migrate.ServiceRole(svc.Name)) {
 		dbURL = pgtest.ServiceURL(t, dbURL, svc.Name) // as in production: the service's own role
 	}
-	db, err := consumer.OpenDB(dbURL, consumer.DBOptions{StatementCache: consumer.DefaultStatementCache,
+	db, err := consumer.OpenDB(dbURL, consumer.DBOptions{StatementCache: consumer.DefaultConfig().StatementCache,
 		Metrics: prometheus.WrapRegistererWith(prometheus.Labels{"service": svc.Name}, reg)})
 	if err != nil {
 		t.Fatalf("consumertest: %v", err)
