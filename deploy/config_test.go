@@ -98,10 +98,10 @@ func TestEnvironmentTablesAreTheDeclaration(t *testing.T) {
 		for _, v := range declaredEnv(t) {
 			got, ok := rows[v.Name]
 			want := "`" + v.Default + "`"
-			switch {
-			case v.Default == "required":
+			switch v.Default {
+			case "required":
 				want = "required"
-			case v.Default == "": // the service's
+			case "": // the service's
 				want = strings.Join(httpDefault, ", ")
 			}
 			switch {
