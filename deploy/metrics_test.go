@@ -38,7 +38,7 @@ type family struct {
 var services = func() map[string]func(prometheus.Registerer) consumer.Service {
 	m := map[string]func(prometheus.Registerer) consumer.Service{}
 	for _, s := range roster.All {
-		m[s.Name] = s.New
+		m[s.Name()] = s.New
 	}
 	return m
 }()

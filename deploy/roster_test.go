@@ -31,9 +31,9 @@ func TestREADMEMatchesTheRoster(t *testing.T) {
 	}
 	for _, s := range roster.All {
 		for _, want := range []string{
-			fmt.Sprintf("| %s | `bin/%s` | `%s` |", s.Name, s.Binary(), s.Topic),
-			fmt.Sprintf("| %s | `%s` | `%s` | `%s` |", s.Name, s.Topic, s.Group, s.DLQTopic),
-			fmt.Sprintf("`%s` %s", s.Addr(), s.Name),
+			fmt.Sprintf("| %s | `bin/%s` | `%s` |", s.Name(), s.Binary(), s.Topic()),
+			fmt.Sprintf("| %s | `%s` | `%s` | `%s` |", s.Name(), s.Topic(), s.Group(), s.DLQTopic()),
+			fmt.Sprintf("`%s` %s", s.Addr(), s.Name()),
 		} {
 			if !strings.Contains(readme, want) {
 				t.Errorf("README lacks %q", want)

@@ -70,9 +70,9 @@ func TestEachServiceRoleWritesItsOwnAndNothingElse(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, s := range roster.All {
-		svc := s.Name
+		svc := s.Name()
 		t.Run(svc, func(t *testing.T) {
-			if serviceTables[svc] == nil || ownWrites[svc] == "" || topics[svc] != s.Topic {
+			if serviceTables[svc] == nil || ownWrites[svc] == "" || topics[svc] != s.Topic() {
 				t.Fatalf("roster service %s: give it its tables, a write and its topic in serviceTables, ownWrites and topics", svc)
 			}
 			var hasRole bool
@@ -160,9 +160,9 @@ func routePrefixes(t *testing.T) map[string][]string {
 	for _, s := range roster.All {
 		for _, r := range s.New(prometheus.NewRegistry()).Routes {
 			if r.KeyPrefix == "" {
-				t.Fatalf("%s route %s has no key prefix", s.Name, r.EventType)
+				t.Fatalf("%s route %s has no key prefix", s.Name(), r.EventType)
 			}
-			out[s.Name] = append(out[s.Name], r.KeyPrefix)
+			out[s.Name()] = append(out[s.Name()], r.KeyPrefix)
 		}
 	}
 	return out
@@ -184,17 +184,17 @@ VALUES ($1, 'g', $2, 0, 0, 'applied') ON CONFLICT (idempotency_key) DO NOTHING R
 	// Every route's mark of an existing message, written as the owner.
 	existing := map[string][]string{} // service → keys
 	for _, s := range roster.All {
-		for _, p := range prefixes[s.Name] {
+		for _, p := range prefixes[s.Name()] {
 			k := p + uuid.NewString()
-			if _, err := admin.Exec(insert, k, s.Topic); err != nil {
+			if _, err := admin.Exec(insert, k, s.Topic()); err != nil {
 				t.Fatal(err)
 			}
-			existing[s.Name] = append(existing[s.Name], k)
+			existing[s.Name()] = append(existing[s.Name()], k)
 		}
 	}
 	for _, s := range roster.All {
-		t.Run(s.Name, func(t *testing.T) {
-			db := openDB(t, pgtest.ServiceURL(t, dbURL, s.Name))
+		t.Run(s.Name(), func(t *testing.T) {
+			db := openDB(t, pgtest.ServiceURL(t, dbURL, s.Name()))
 			inserted := func(key, topic string) (bool, error) {
 				rows, err := db.Query(insert, key, topic)
 				if err != nil {
@@ -217,40 +217,40 @@ VALUES ($1, 'g', $2, 0, 0, 'applied') ON CONFLICT (idempotency_key) DO NOTHING R
 			}
 			// Its own routes: a new key is inserted, an existing one is a
 			// conflict (the duplicate signal), and both are visible.
-			for i, p := range prefixes[s.Name] {
+			for i, p := range prefixes[s.Name()] {
 				k := p + uuid.NewString()
-				if ok, err := inserted(k, s.Topic); err != nil || !ok {
+				if ok, err := inserted(k, s.Topic()); err != nil || !ok {
 					t.Fatalf("its own route's mark %s: inserted %v, %v", k, ok, err)
 				}
-				if ok, err := inserted(existing[s.Name][i], s.Topic); err != nil || ok {
-					t.Fatalf("its own existing mark %s: inserted %v, %v (want a conflict, nothing returned)", existing[s.Name][i], ok, err)
+				if ok, err := inserted(existing[s.Name()][i], s.Topic()); err != nil || ok {
+					t.Fatalf("its own existing mark %s: inserted %v, %v (want a conflict, nothing returned)", existing[s.Name()][i], ok, err)
 				}
 				var n int
-				if err := db.QueryRow(`SELECT count(*) FROM processed_messages WHERE idempotency_key = ANY ($1)`, pq.Array([]string{k, existing[s.Name][i]})).Scan(&n); err != nil || n != 2 {
+				if err := db.QueryRow(`SELECT count(*) FROM processed_messages WHERE idempotency_key = ANY ($1)`, pq.Array([]string{k, existing[s.Name()][i]})).Scan(&n); err != nil || n != 2 {
 					t.Fatalf("its own marks visible: %d (%v), want 2", n, err)
 				}
 			}
 			// A key of no route of its own, under its own topic.
-			refusal(s.Name+":"+uuid.NewString(), s.Topic)
+			refusal(s.Name()+":"+uuid.NewString(), s.Topic())
 			// Another service's keys, existing or not, under either topic:
 			// refused alike, and invisible.
 			for _, o := range roster.All {
-				if o.Name == s.Name {
+				if o.Name() == s.Name() {
 					continue
 				}
-				for i, p := range prefixes[o.Name] {
-					for _, topic := range []string{s.Topic, o.Topic} {
+				for i, p := range prefixes[o.Name()] {
+					for _, topic := range []string{s.Topic(), o.Topic()} {
 						fresh := refusal(p+uuid.NewString(), topic)
-						taken := refusal(existing[o.Name][i], topic)
+						taken := refusal(existing[o.Name()][i], topic)
 						if fresh != taken {
-							t.Fatalf("%s's key under %s: refused as %q when it exists, %q when not: the refusal tells", o.Name, topic, taken, fresh)
+							t.Fatalf("%s's key under %s: refused as %q when it exists, %q when not: the refusal tells", o.Name(), topic, taken, fresh)
 						}
 					}
 					var n int
-					if err := db.QueryRow(`SELECT count(*) FROM processed_messages WHERE idempotency_key = $1 OR starts_with(idempotency_key, $2)`, existing[o.Name][i], p).Scan(&n); err != nil || n != 0 {
-						t.Fatalf("%s's marks visible: %d (%v), want 0", o.Name, n, err)
+					if err := db.QueryRow(`SELECT count(*) FROM processed_messages WHERE idempotency_key = $1 OR starts_with(idempotency_key, $2)`, existing[o.Name()][i], p).Scan(&n); err != nil || n != 0 {
+						t.Fatalf("%s's marks visible: %d (%v), want 0", o.Name(), n, err)
 					}
-					if res, err := db.Exec(`UPDATE processed_messages SET outcome = 'applied' WHERE idempotency_key = $1`, existing[o.Name][i]); err != nil {
+					if res, err := db.Exec(`UPDATE processed_messages SET outcome = 'applied' WHERE idempotency_key = $1`, existing[o.Name()][i]); err != nil {
 						t.Fatalf("an update of another service's mark should match none, not fail: %v", err)
 					} else if n, _ := res.RowsAffected(); n != 0 {
 						t.Fatalf("an update of another service's mark changed %d rows", n)
@@ -278,10 +278,10 @@ func TestNoServiceRoleCreatesInPublicEvenWherePublicHadCreate(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, s := range roster.All {
-		db := openDB(t, pgtest.ServiceURL(t, dbURL, s.Name))
-		_, err := db.Exec(`CREATE TABLE public.intruder_` + s.Name + ` (id int)`)
+		db := openDB(t, pgtest.ServiceURL(t, dbURL, s.Name()))
+		_, err := db.Exec(`CREATE TABLE public.intruder_` + s.Name() + ` (id int)`)
 		if err == nil || !isSQLState(err, "42501") {
-			t.Fatalf("%s: CREATE TABLE in public: %v, want 42501", s.Name, err)
+			t.Fatalf("%s: CREATE TABLE in public: %v, want 42501", s.Name(), err)
 		}
 	}
 }

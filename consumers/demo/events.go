@@ -10,20 +10,10 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/pin-platform/pin/consumers/crm"
+	"github.com/pin-platform/pin/consumers/messenger"
+	"github.com/pin-platform/pin/consumers/rewards"
 	"github.com/pin-platform/pin/consumers/roster"
-)
-
-// The three services' topics, DLQs and groups (from the roster).
-var (
-	MessengerTopic = roster.Messenger.Topic
-	MessengerDLQ   = roster.Messenger.DLQTopic
-	MessengerGroup = roster.Messenger.Group
-	RewardsTopic   = roster.Rewards.Topic
-	RewardsDLQ     = roster.Rewards.DLQTopic
-	RewardsGroup   = roster.Rewards.Group
-	CRMTopic       = roster.CRM.Topic
-	CRMDLQ         = roster.CRM.DLQTopic
-	CRMGroup       = roster.CRM.Group
 )
 
 // Topic is a source topic with its DLQ, group and partition count.
@@ -39,7 +29,7 @@ type Topic struct {
 var Topics = func() []Topic {
 	out := make([]Topic, len(roster.All))
 	for i, s := range roster.All {
-		out[i] = Topic{s.Name, s.Topic, s.DLQTopic, s.Group, s.Partitions}
+		out[i] = Topic{s.Name(), s.Topic(), s.DLQTopic(), s.Group(), s.Partitions}
 	}
 	return out
 }()
@@ -52,14 +42,6 @@ type Event struct {
 	MessageID uuid.UUID
 	Note      string // what it demonstrates
 }
-
-// Event types of docs/contract.md §4.
-const (
-	EventBondCreated             = "pin.referral.bond-created"
-	EventBondClosed              = "pin.referral.bond-closed"
-	EventLeadParticipantsChanged = "pin.crm.lead-participants-changed"
-	EventSelectionShared         = "pin.selections.selection-shared"
-)
 
 // Envelope builds the JSON envelope of docs/contract.md §4 (ContractVersion 1)
 // of message id around payload.
@@ -128,8 +110,8 @@ func SelectionSharedPayload(selection, agent, investor uuid.UUID, action, title 
 func BondCreated(bond, referred, referrer uuid.UUID, version int64, at time.Time) Event {
 	id := uuid.New()
 	return Event{
-		Topic: RewardsTopic, Key: []byte(referred.String()), MessageID: id,
-		Value: Envelope(id, EventBondCreated, "ReferralBond", bond, at, BondCreatedPayload(bond, referred, referrer, version, at)),
+		Topic: rewards.Topic, Key: []byte(referred.String()), MessageID: id,
+		Value: Envelope(id, rewards.EventTypeBondCreated, "ReferralBond", bond, at, BondCreatedPayload(bond, referred, referrer, version, at)),
 	}
 }
 
@@ -142,8 +124,8 @@ func BondClosed(bond, referred uuid.UUID, status string, replacedBy uuid.UUID, v
 		p["ReplacedByBondId"] = replacedBy
 	}
 	return Event{
-		Topic: RewardsTopic, Key: []byte(referred.String()), MessageID: id,
-		Value: Envelope(id, EventBondClosed, "ReferralBond", bond, at, p),
+		Topic: rewards.Topic, Key: []byte(referred.String()), MessageID: id,
+		Value: Envelope(id, rewards.EventTypeBondClosed, "ReferralBond", bond, at, p),
 	}
 }
 
@@ -165,8 +147,8 @@ type Change struct {
 func LeadParticipantsChanged(lead uuid.UUID, version int64, active []Participant, delta []Change, at time.Time) Event {
 	id := uuid.New()
 	return Event{
-		Topic: MessengerTopic, Key: []byte(lead.String()), MessageID: id,
-		Value: Envelope(id, EventLeadParticipantsChanged, "Lead", lead, at, LeadParticipantsPayload(lead, version, active, delta, at)),
+		Topic: messenger.Topic, Key: []byte(lead.String()), MessageID: id,
+		Value: Envelope(id, messenger.EventType, "Lead", lead, at, LeadParticipantsPayload(lead, version, active, delta, at)),
 	}
 }
 
@@ -174,8 +156,8 @@ func LeadParticipantsChanged(lead uuid.UUID, version int64, active []Participant
 func SelectionShared(selection, agent, investor uuid.UUID, action, title string, objects int, at time.Time) Event {
 	id := uuid.New()
 	return Event{
-		Topic: CRMTopic, Key: []byte(selection.String()), MessageID: id,
-		Value: Envelope(id, EventSelectionShared, "Selection", selection, at, SelectionSharedPayload(selection, agent, investor, action, title, objects, at)),
+		Topic: crm.Topic, Key: []byte(selection.String()), MessageID: id,
+		Value: Envelope(id, crm.EventType, "Selection", selection, at, SelectionSharedPayload(selection, agent, investor, action, title, objects, at)),
 	}
 }
 

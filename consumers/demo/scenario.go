@@ -9,6 +9,10 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+
+	"github.com/pin-platform/pin/consumers/crm"
+	"github.com/pin-platform/pin/consumers/messenger"
+	"github.com/pin-platform/pin/consumers/rewards"
 )
 
 // A Step of the scenario: produce events, or write to the database what
@@ -67,7 +71,7 @@ func NewScenario(now time.Time) *Scenario {
 	created := BondCreated(s.bondA, s.referred1, referrer, 1, t(0)).With("bond A created for referred user 1")
 	poisonBond := BondCreated(uuid.Nil, s.referred2, referrer, 1, t(5)).With("poison: empty BondId → REWARDS_BOND_EVENT_INVALID")
 	poisonBond.Value = []byte(strings.Replace(string(poisonBond.Value), `"BondId":"00000000-0000-0000-0000-000000000000"`, `"BondId":""`, 1))
-	rewards := []Event{
+	rewardsEvents := []Event{
 		created,
 		created.Again("the same message again → skipped-duplicate"),
 		BondCreated(s.bondA, s.referred1, referrer, 1, t(1)).With("bond A created again, same Version → skipped-stale"),
@@ -94,7 +98,7 @@ func NewScenario(now time.Time) *Scenario {
 	joined := LeadParticipantsChanged(s.lead1, 1, []Participant{exec, inv},
 		[]Change{{s.agent1, "Added", "Executor", ""}, {s.investor1, "Added", "InvestorPrimary", ""}}, t(0)).
 		With("lead 1: executor and investor join")
-	messenger := []Event{
+	messengerEvents := []Event{
 		joined,
 		joined.Again("the same message again → skipped-duplicate"),
 		LeadParticipantsChanged(s.lead1, 2, []Participant{exec, inv, co},
@@ -113,7 +117,7 @@ func NewScenario(now time.Time) *Scenario {
 	sel1, sel2 := uuid.New(), uuid.New()
 	shared := SelectionShared(sel1, s.agentA, s.investorA, "Shared", "Two-bedroom flats near the park", 12, t(0)).
 		With("selection 1 shared with investor A → SelectionAttached")
-	crm := []Event{
+	crmEvents := []Event{
 		shared,
 		SelectionShared(sel1, s.agentA, s.investorA, "Opened", "Two-bedroom flats near the park", 12, t(1)).
 			With("selection 1 opened → SelectionViewed"),
@@ -128,11 +132,11 @@ func NewScenario(now time.Time) *Scenario {
 	}
 
 	s.Steps = []Step{
-		{Say: "rewards: referral bonds", Events: rewards},
-		{Say: "messenger: lead chat membership", Events: messenger},
-		{Say: "crm: selections in a lead's feed", Events: crm},
+		{Say: "rewards: referral bonds", Events: rewardsEvents},
+		{Say: "messenger: lead chat membership", Events: messengerEvents},
+		{Say: "crm: selections in a lead's feed", Events: crmEvents},
 		{Say: "an unreadable envelope on every topic", Events: []Event{
-			unreadable(RewardsTopic, s.referred2.String()), unreadable(MessengerTopic, s.lead1.String()), unreadable(CRMTopic, sel1.String()),
+			unreadable(rewards.Topic, s.referred2.String()), unreadable(messenger.Topic, s.lead1.String()), unreadable(crm.Topic, sel1.String()),
 		}},
 		{Say: "the chat of lead 2 is provisioned: its waiting event applies", After: 1500 * time.Millisecond,
 			SQL: `INSERT INTO chats (id, kind, lead_id) VALUES ($1, 'Lead', $2)`, SQLArgs: []any{s.chat2, s.lead2}},
@@ -141,9 +145,9 @@ func NewScenario(now time.Time) *Scenario {
 			SQLArgs: []any{s.crmLeadB, tenant, s.agentB, s.investorB}},
 	}
 	s.DLQ = map[string]map[string]int{
-		RewardsDLQ:   {"REWARDS_BOND_EVENT_INVALID": 1, "REWARDS_BOND_EVENT_ORPHAN_CLOSED": 1, "EVENT_ENVELOPE_INVALID": 1},
-		MessengerDLQ: {"MSG_LEAD_PARTICIPANTS_INVALID": 1, "EVENT_ENVELOPE_INVALID": 1},
-		CRMDLQ:       {"CRM_SELECTION_UNKNOWN_ACTION": 1, "EVENT_ENVELOPE_INVALID": 1},
+		rewards.DLQTopic:   {"REWARDS_BOND_EVENT_INVALID": 1, "REWARDS_BOND_EVENT_ORPHAN_CLOSED": 1, "EVENT_ENVELOPE_INVALID": 1},
+		messenger.DLQTopic: {"MSG_LEAD_PARTICIPANTS_INVALID": 1, "EVENT_ENVELOPE_INVALID": 1},
+		crm.DLQTopic:       {"CRM_SELECTION_UNKNOWN_ACTION": 1, "EVENT_ENVELOPE_INVALID": 1},
 	}
 	return s
 }

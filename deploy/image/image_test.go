@@ -137,7 +137,7 @@ func TestImage(t *testing.T) {
 	// Its consumer, on that database as the service's own login.
 	port := freePort(t)
 	name := "pin-image-test-" + randomHex(4)
-	e.must([]string{"KAFKA_BOOTSTRAP_SERVERS=" + env.Cluster.Bootstrap, "DATABASE_URL=" + pgtest.ServiceURL(t, fresh, s.Name)},
+	e.must([]string{"KAFKA_BOOTSTRAP_SERVERS=" + env.Cluster.Bootstrap, "DATABASE_URL=" + pgtest.ServiceURL(t, fresh, s.Name())},
 		append(append([]string{"run", "-d", "--name", name}, hardened...),
 			"-e", "KAFKA_BOOTSTRAP_SERVERS", "-e", "DATABASE_URL",
 			"-e", fmt.Sprintf("HTTP_ADDR=127.0.0.1:%d", port),
@@ -161,15 +161,15 @@ func TestImage(t *testing.T) {
 	bond, referred := uuid.New(), uuid.New()
 	now := time.Now().UTC().Truncate(time.Microsecond)
 	good := demo.BondCreated(bond, referred, uuid.New(), 1, now)
-	poison := servicetest.Envelope{MessageID: uuid.New(), EventType: demo.EventBondCreated, CreatedAt: now,
+	poison := servicetest.Envelope{MessageID: uuid.New(), EventType: rewards.EventTypeBondCreated, CreatedAt: now,
 		AggregateID: uuid.New(), AggregateType: "ReferralBond", Payload: "not an object"}.Message(uuid.New(), -1, nil)
 	tps := env.Produce(kafkatest.Message{Partition: -1, Key: good.Key, Value: good.Value}, poison)
-	env.AwaitOutcome(demo.EventBondCreated, good.MessageID, rewards.OutcomeCreated)
+	env.AwaitOutcome(rewards.EventTypeBondCreated, good.MessageID, rewards.OutcomeCreated)
 	if n := env.Count(`SELECT count(*) FROM referral_bond_replicas WHERE bond_id = $1 AND status = 'Active'`, bond); n != 1 {
 		t.Errorf("%d rows for bond %s, want 1", n, bond)
 	}
 	dls := env.AwaitDLQ(1)
-	env.CheckDeadLetter(t, dls[0], poison, tps[1], s.InvalidCode, 1)
+	env.CheckDeadLetter(t, dls[0], poison, tps[1], s.InvalidCode(), 1)
 
 	// Stopped: it drains, commits, leaves its group and exits 0 before the
 	// engine's SIGKILL at the drain timeout.
@@ -179,7 +179,7 @@ func TestImage(t *testing.T) {
 	if code := e.must(nil, "inspect", "--format", "{{.State.ExitCode}}", name); code != "0" {
 		t.Errorf("the consumer exited %s on stop, want 0", code)
 	}
-	env.AwaitCommitted(s.Group, env.Produced())
+	env.AwaitCommitted(s.Group(), env.Produced())
 }
 
 // get is the status code of a GET of url (0: no answer).

@@ -340,7 +340,7 @@ func (r *run) startPostgres(ctx context.Context) error {
 		return err
 	}
 	for _, s := range roster.All {
-		svc := s.Name
+		svc := s.Name()
 		if err := migrate.EnsureLogin(ctx, admin, migrate.ServiceLogin(svc), "", migrate.ServiceRole(svc)); err != nil {
 			return err
 		}

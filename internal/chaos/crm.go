@@ -379,7 +379,7 @@ func (g *crmGen) selection(p pair) *event {
 	}
 	id := g.id()
 	e := &event{key: []byte(sel.String()), id: id, route: crm.KeyPrefix,
-		value: demo.Envelope(id, demo.EventSelectionShared, "Selection", sel, at,
+		value: demo.Envelope(id, crm.EventType, "Selection", sel, at,
 			demo.SelectionSharedPayload(sel, p.agent, p.investor, action, title, count, occurred)),
 		body: selectionShared{selection: sel, agent: p.agent, investor: p.investor, action: action, title: title, count: count, at: occurred},
 		note: "selection " + strings.ToLower(action)}

@@ -622,7 +622,7 @@ func (g *messengerGen) snapshot(l *genLead, delta []demo.Change) *event {
 	p := demo.LeadParticipantsPayload(l.id, l.version, active, delta, at)
 	p["TenantId"] = g.id()
 	e := &event{key: []byte(l.id.String()), id: id, route: messenger.KeyPrefix,
-		value: demo.Envelope(id, demo.EventLeadParticipantsChanged, "Lead", l.id, at, p),
+		value: demo.Envelope(id, messenger.EventType, "Lead", l.id, at, p),
 		body:  participantsChanged{lead: l.id, version: l.version, target: sent, at: at}}
 	if g.chance(0.03) {
 		e.value = withContractVersion(e.value, 2)

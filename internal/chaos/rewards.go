@@ -314,7 +314,7 @@ func (g *rewardsGen) created(b *genBond, version int64, referrer uuid.UUID, boun
 		p["ReferrerCompanyId"] = *b.company
 	}
 	e := &event{key: []byte(b.referred.String()), id: id, route: rewards.KeyPrefixBondCreated,
-		value: demo.Envelope(id, demo.EventBondCreated, "ReferralBond", b.id, at, p),
+		value: demo.Envelope(id, rewards.EventTypeBondCreated, "ReferralBond", b.id, at, p),
 		body:  bondCreated{bond: b.id, referred: b.referred, referrer: referrer, company: b.company, boundAt: boundAt, version: version, at: at}}
 	if g.chance(0.03) {
 		e.value = withContractVersion(e.value, 2)
@@ -333,7 +333,7 @@ func (g *rewardsGen) closed(b *genBond, referred uuid.UUID, status string, versi
 		p["RevokeReason"] = "fraud check"
 	}
 	e := &event{key: []byte(b.referred.String()), id: id, route: rewards.KeyPrefixBondClosed,
-		value: demo.Envelope(id, demo.EventBondClosed, "ReferralBond", b.id, at, p),
+		value: demo.Envelope(id, rewards.EventTypeBondClosed, "ReferralBond", b.id, at, p),
 		body:  bondClosed{bond: b.id, referred: referred, status: status, version: version, at: at}}
 	if g.chance(0.03) {
 		e.value = withContractVersion(e.value, 2)

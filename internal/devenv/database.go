@@ -116,7 +116,7 @@ func ensureLogins(ctx context.Context, adminURL string) error {
 	}
 	defer admin.Close()
 	for _, s := range roster.All {
-		svc := s.Name
+		svc := s.Name()
 		if err := migrate.EnsureLogin(ctx, admin, migrate.ServiceLogin(svc), "", migrate.ServiceRole(svc)); err != nil {
 			return err
 		}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/confluentinc/confluent-kafka-go/v2/kafka"
 
+	"github.com/pin-platform/pin/consumers/crm"
 	"github.com/pin-platform/pin/consumers/demo"
 	"github.com/pin-platform/pin/internal/kafkaenv"
 	"github.com/pin-platform/pin/internal/term"
@@ -200,6 +201,6 @@ func (d *devEnv) summary(procs []*Consumer) {
 		fmt.Fprintf(w, "  %s\thttp://%s/metrics  /healthz  /readyz\n", p.Service, p.Addr)
 	}
 	fmt.Fprintf(w, "  database\tpsql '%s'\n", migrate.Redact(d.dbURL))
-	fmt.Fprintf(w, "  DLQ\tKAFKA_BOOTSTRAP_SERVERS=%s bin/pinctl dlq list --topic %s (while this runs)\n", d.brokers, demo.CRMDLQ)
+	fmt.Fprintf(w, "  DLQ\tKAFKA_BOOTSTRAP_SERVERS=%s bin/pinctl dlq list --topic %s (while this runs)\n", d.brokers, crm.DLQTopic)
 	w.Flush()
 }
