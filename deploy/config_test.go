@@ -87,7 +87,7 @@ func envTable(t *testing.T, text string) map[string]string {
 func TestEnvironmentTablesAreTheDeclaration(t *testing.T) {
 	var httpDefault []string
 	for _, s := range roster.All {
-		httpDefault = append(httpDefault, fmt.Sprintf("`%s` %s", s.Addr(), s.Name))
+		httpDefault = append(httpDefault, fmt.Sprintf("`%s` %s", s.Addr(), s.Name()))
 	}
 	for _, file := range []string{"README.md", filepath.Join("docs", "operations.md")} {
 		rows := envTable(t, readFile(t, filepath.Join("..", file)))
