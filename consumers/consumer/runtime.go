@@ -440,10 +440,14 @@ func (r *Runtime) rebalance(c *kafka.Consumer, ev kafka.Event) error {
 	case kafka.AssignedPartitions:
 		if r.closing.Load() {
 			// An assignment queued before the shutdown, served by Close:
-			// taken as the protocol wants, with no worker (they are
-			// stopped) and without asking librdkafka its protocol, which
-			// can hang inside Close.
-			return r.assign(c, e.Partitions)
+			// answered with an empty one, as the protocol wants it, so
+			// that no offset fetch is in progress when the group
+			// terminates (librdkafka asserts on that, librdkafka#4027);
+			// no worker (they are stopped), and librdkafka is not asked
+			// its protocol, which can hang inside Close. The partitions
+			// go to the other members as this one leaves.
+			r.log.Info().Str("assigned", fmtParts(e.Partitions)).Msg("partitions assigned while closing: not taken")
+			return r.assign(c, nil)
 		}
 		r.log.Info().Int("partitions", len(e.Partitions)).Str("assigned", fmtParts(e.Partitions)).Msg("partitions assigned")
 		// What librdkafka reports decides how to take the assignment;
