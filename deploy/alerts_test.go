@@ -29,9 +29,12 @@ type rule struct {
 	Annotations map[string]string `yaml:"annotations"`
 }
 
-func loadAlerts(t *testing.T) ruleFile {
+func loadAlerts(t *testing.T) ruleFile { return loadRules(t, "alerts.yml") }
+
+// loadRules decodes a rule file of deploy/prometheus strictly.
+func loadRules(t *testing.T, name string) ruleFile {
 	t.Helper()
-	b, err := os.ReadFile(filepath.Join("prometheus", "alerts.yml"))
+	b, err := os.ReadFile(filepath.Join("prometheus", name))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -39,10 +42,10 @@ func loadAlerts(t *testing.T) ruleFile {
 	dec := yaml.NewDecoder(bytes.NewReader(b))
 	dec.KnownFields(true)
 	if err := dec.Decode(&f); err != nil {
-		t.Fatalf("alerts.yml: %v", err)
+		t.Fatalf("%s: %v", name, err)
 	}
 	if len(f.Groups) == 0 {
-		t.Fatal("alerts.yml has no groups")
+		t.Fatalf("%s has no groups", name)
 	}
 	return f
 }

@@ -1,13 +1,8 @@
 package deploy
 
 import (
-	"bytes"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
-
-	"go.yaml.in/yaml/v3"
 )
 
 // referralSeries is the series the reconciliation template reads from the
@@ -20,16 +15,7 @@ const referralSeries = "pin:referral_active_bonds"
 // summary, a description and a runbook, naming only what rewards exports
 // and the operator's referral series; it compares the two.
 func TestReconcileTemplate(t *testing.T) {
-	b, err := os.ReadFile(filepath.Join("prometheus", "reconcile.yml"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var f ruleFile
-	dec := yaml.NewDecoder(bytes.NewReader(b))
-	dec.KnownFields(true)
-	if err := dec.Decode(&f); err != nil {
-		t.Fatalf("reconcile.yml: %v", err)
-	}
+	f := loadRules(t, "reconcile.yml")
 	fams := exported(t)
 	fams[referralSeries] = &family{name: referralSeries, labels: map[string]bool{}}
 	compares := false
