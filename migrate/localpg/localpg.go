@@ -191,21 +191,35 @@ func (s *Server) runningPort() (int, bool) {
 }
 
 func (s *Server) wait(ctx context.Context) error {
-	db, err := sql.Open("postgres", s.URL("postgres"))
+	err := answers(ctx, s.URL("postgres"), 60*time.Second, func() error { return nil })
+	if err != nil {
+		return fmt.Errorf("localpg: server on %s does not answer: %w", s.dir, err)
+	}
+	return nil
+}
+
+// answers waits until the server at url answers a ping, for at most
+// within; gone, checked between pings, ends the wait with its error (a
+// process that exited).
+func answers(ctx context.Context, url string, within time.Duration, gone func() error) error {
+	db, err := sql.Open("postgres", url)
 	if err != nil {
 		return err
 	}
 	defer db.Close()
-	deadline := time.Now().Add(60 * time.Second)
+	deadline := time.Now().Add(within)
 	for {
 		err := db.PingContext(ctx)
 		if err == nil {
 			return nil
 		}
-		if time.Now().After(deadline) || ctx.Err() != nil {
-			return fmt.Errorf("localpg: server on %s does not answer: %w", s.dir, err)
+		if gerr := gone(); gerr != nil {
+			return gerr
 		}
-		time.Sleep(100 * time.Millisecond)
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			return err
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 }
 

@@ -2,7 +2,6 @@ package localpg
 
 import (
 	"context"
-	"database/sql"
 	"errors"
 	"fmt"
 	"net/url"
@@ -150,26 +149,18 @@ func (b *Bouncer) Stop() error {
 }
 
 func (b *Bouncer) wait(ctx context.Context, user, db string) error {
-	pool, err := sql.Open("postgres", b.URLAs(user, db))
-	if err != nil {
-		return err
-	}
-	defer pool.Close()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		err := pool.PingContext(ctx)
-		if err == nil {
-			return nil
-		}
+	exited := func() error {
 		select {
 		case <-b.done:
 			log, _ := os.ReadFile(filepath.Join(b.dir, "pgbouncer.log"))
 			return fmt.Errorf("localpg: pgbouncer exited: %s", strings.TrimSpace(string(log)))
 		default:
+			return nil
 		}
-		if time.Now().After(deadline) || ctx.Err() != nil {
-			return fmt.Errorf("localpg: pgbouncer on port %s does not answer: %w", strconv.Itoa(b.port), err)
-		}
-		time.Sleep(50 * time.Millisecond)
 	}
+	err := answers(ctx, b.URLAs(user, db), 30*time.Second, exited)
+	if err != nil && exited() == nil {
+		return fmt.Errorf("localpg: pgbouncer on port %s does not answer: %w", strconv.Itoa(b.port), err)
+	}
+	return err
 }
