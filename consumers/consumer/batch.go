@@ -18,6 +18,7 @@ func (w *worker) handle(batch []queued) bool {
 	items := make([]*item, len(batch))
 	for i, q := range batch {
 		items[i] = r.prepare(q.m, q.at)
+		items[i].size = q.size
 		if it := items[i]; it.msg != nil && r.svc.ContractVersion != 0 && it.msg.ContractVersion != r.svc.ContractVersion {
 			r.m.mismatch()
 			r.logFor(it).Warn().Int("ContractVersion", it.msg.ContractVersion).

@@ -28,6 +28,7 @@ type item struct {
 	attempts  int
 	marked    bool            // its mark was found committed: a duplicate
 	inLine    bool            // it could not be parked: its retry-later waits are in line
+	size      int64           // messageBytes(km), measured once at its hand-over
 	attempt   *attemptSpans   // the spans of the attempt running now
 	log       *zerolog.Logger // the message's logger, built on first use
 }

@@ -79,9 +79,7 @@ func newScheduler(lanes, limit int, bytes int64) *scheduler {
 func (s *scheduler) do(w *worker, items []*item, alone bool, mode txMode) txResult {
 	req := &request{w: w, items: items, alone: alone, mode: mode, done: make(chan txResult, 1), lead: make(chan struct{}, 1)}
 	for _, it := range items {
-		if it.km != nil {
-			req.bytes += messageBytes(it.km)
-		}
+		req.bytes += it.size
 	}
 	s.mu.Lock()
 	if s.leaders < s.lanes {

@@ -279,7 +279,7 @@ func TestAStoppingWorkerDoesNotLead(t *testing.T) {
 func (f *schedFixture) startSized(size int) chan txResult {
 	w := newIdleWorker(f.r)
 	f.t.Cleanup(w.cancel)
-	it := &item{km: &kafka.Message{Value: make([]byte, size)}}
+	it := &item{km: &kafka.Message{Value: make([]byte, size)}, size: int64(size)}
 	f.owner[it] = w
 	res := make(chan txResult, 1)
 	go func() { res <- f.s.do(w, []*item{it}, false, txMode{}) }()
