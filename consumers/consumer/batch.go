@@ -52,7 +52,7 @@ func (w *worker) handle(batch []queued) bool {
 
 // runRouted processes a run of routable messages: first in a transaction
 // that other partitions' runs may share. If the transaction does not
-// commit, a handler's failure (or a BeforeCommit's, through FailMessage)
+// commit, a handler's failure (or a Write's, through FailMessage)
 // is its message's first attempt (failedAt) and the rest runs on; after
 // any other failure (another run's, or none's) the run goes on alone.
 func (w *worker) runRouted(items []*item) bool {
@@ -72,7 +72,7 @@ func (w *worker) runRouted(items []*item) bool {
 // handler fails, the transaction is rolled back; the messages before it
 // run again (they did not fail), the failing one continues on its own with
 // that failure as its first attempt, and the rest go on as a new batch. A
-// failure that belongs to no message (Prepare, a write, the marks, the
+// failure that belongs to no message (Read, a write, the marks, the
 // commit) runs the messages one at a time, where each failure is told
 // apart; a lone message is processOne's.
 func (w *worker) runAlone(items []*item) bool {

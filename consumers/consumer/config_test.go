@@ -185,7 +185,7 @@ func TestConfigIsDeclared(t *testing.T) {
 	})
 	t.Run("New takes a zero field as its default", func(t *testing.T) {
 		svc := Service{Name: "x", Topic: "t", Group: "g", DLQTopic: "d", InvalidCode: Code{Name: "X_INVALID", Class: Invalid},
-			Routes: []Route{{EventType: "e"}}}
+			Handlers: nothingTo("e", "x:")}
 		r, err := New(Config{StatementCache: 0}, svc, nil, nil, Options{Registry: prometheus.NewRegistry()})
 		if err != nil {
 			t.Fatal(err)

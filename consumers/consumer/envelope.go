@@ -160,8 +160,8 @@ func abbreviate(s string, n int) string {
 // the service's invalid code.
 //
 // The result is kept with the message: the next call for the same P — a
-// Service.Prepare's, then the handler's, and the handler's on every retry —
-// returns it without decoding again. So a Prepare decodes the handler's
+// Read's, then the handler's, and the handler's on every retry —
+// returns it without decoding again. So a Read decodes the handler's
 // own payload type. P's values are then shared between the calls: read
 // what its pointers, slices and maps refer to, never change it.
 func DecodePayload[P any](m *Message) (P, error) {

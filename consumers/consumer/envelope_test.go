@@ -115,7 +115,7 @@ func TestDecodePayloadErrorsCarryTheServiceCode(t *testing.T) {
 	}
 }
 
-// A payload is decoded once per message and type: Prepare's decode is the
+// A payload is decoded once per message and type: Read's decode is the
 // handler's, and so are a retry's. Another type decodes anew.
 func TestDecodePayloadKeepsItsResultWithTheMessage(t *testing.T) {
 	code := Code{Name: "SVC_INVALID", Class: Invalid}
@@ -148,8 +148,8 @@ func TestDecodePayloadKeepsItsResultWithTheMessage(t *testing.T) {
 // BenchmarkDecodePayload measures a payload's decode into a struct of the
 // field types the services' payloads use, with 5 members (go test -bench
 // DecodePayload -benchmem ./consumers/consumer): "decode" a first decode,
-// "kept" a second call for the same type (a handler after its Prepare),
-// "partial" a first decode into a struct of one field (what each Prepare
+// "kept" a second call for the same type (a handler after its Read),
+// "partial" a first decode into a struct of one field (what each Read
 // decoded until it decoded its handler's type).
 func BenchmarkDecodePayload(b *testing.B) {
 	type member struct {

@@ -280,7 +280,7 @@ func (w *worker) attempt(it *item) error {
 	return res.err
 }
 
-// handlerFailure is a failure of a message's handler (or a BeforeCommit
+// handlerFailure is a failure of a message's handler (or a Write
 // blaming it), as opposed to its transaction's.
 type handlerFailure struct{ err error }
 
@@ -303,7 +303,7 @@ func (w *worker) probe(it *item) bool {
 // handler's effect (unix nanos; 0: not since the process started):
 // duplicates and dead letters do not count. It is the evidence processOne
 // and the re-driver look for.
-func (r *Runtime) lastCommitOf(route Route) int64 {
+func (r *Runtime) lastCommitOf(route RouteInfo) int64 {
 	if c := r.commits[route.EventType]; c != nil {
 		return c.Load()
 	}

@@ -87,67 +87,119 @@ type probePayload struct {
 	Mode   string    // "", "invalid", "conflict", "panic", "second-layer", "bug", "flaky", "slow", "hold"
 }
 
-// probeService builds the probe; a lead that does not exist is a RetryLater
-// error with the given schedule.
-func probeService(schedule ...time.Duration) func(prometheus.Registerer) consumer.Service {
+// probeView is what the probe's Read read for a transaction: the leads of
+// its messages; with the feed entries its decisions queued.
+type probeView struct {
+	msgs     []*consumer.Message
+	leads    map[uuid.UUID]*ent.Lead
+	appends  []probeAppend
+	prepared bool // set by a test's Read wrapped around probeRead
+}
+
+// probeAppend is a lead_events row the probe queued.
+type probeAppend struct {
+	lead *ent.Lead
+	at   time.Time
+}
+
+// probeRead reads the leads of the messages' payloads, with one statement.
+func probeRead(ctx context.Context, tx *ent.Tx, msgs []*consumer.Message) (*probeView, error) {
+	v := &probeView{msgs: msgs, leads: map[uuid.UUID]*ent.Lead{}}
+	var ids []uuid.UUID
+	for _, m := range msgs {
+		if p, err := consumer.DecodePayload[probePayload](m); err == nil {
+			ids = append(ids, p.LeadID)
+		}
+	}
+	if len(ids) == 0 {
+		return v, nil
+	}
+	ls, err := tx.Lead.Query().Where(lead.IDIn(ids...)).All(ctx)
+	if err != nil {
+		return nil, err
+	}
+	for _, l := range ls {
+		v.leads[l.ID] = l
+	}
+	return v, nil
+}
+
+// probeWrite appends the queued feed entries.
+func probeWrite(ctx context.Context, tx *ent.Tx, v *probeView) error {
+	for _, a := range v.appends {
+		if err := tx.LeadEvent.Create().
+			SetLeadID(a.lead.ID).SetTenantID(a.lead.TenantID).SetType("SelectionAttached").
+			SetOccurredAt(a.at).SetPayload(json.RawMessage(`{}`)).Exec(ctx); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// probeContract is the probe's contract; a lead that does not exist is a
+// RetryLater error with the given schedule.
+func probeContract(schedule ...time.Duration) consumer.Batched[*probeView] {
 	notFound := consumer.Code{Name: "PROBE_LEAD_NOT_FOUND", Class: consumer.RetryLater, Backoff: schedule}
+	decide := func(ctx context.Context, v *probeView, m *consumer.Message) (consumer.Outcome, error) {
+		p, err := consumer.DecodePayload[probePayload](m)
+		if err != nil {
+			return "", err
+		}
+		switch p.Mode {
+		case "invalid":
+			return "", m.Invalid("Mode invalid asked for")
+		case "conflict":
+			conflictRuns.Add(1)
+			return "", probeConflict.Errorf("row version moved")
+		case "panic":
+			panic("probe panics")
+		case "second-layer":
+			return consumer.SkippedDuplicate, nil // the handler's own idempotency layer
+		case "bug":
+			return "", errors.New("an unexpected error (a bug)")
+		case "flaky": // waits for its lead once (parked), then fails unexpectedly
+			if _, again := flakySeen.LoadOrStore(m.MessageID, true); !again {
+				return "", notFound.Errorf("lead %s not found (first run)", p.LeadID)
+			}
+			return "", errors.New("an unexpected error on re-drive (a bug)")
+		case "slow":
+			slowStarted.Store(m.MessageID, true)
+			time.Sleep(slowFor)
+		case "hold":
+			if h, ok := holds.LoadAndDelete(m.MessageID); ok { // held on its first run only
+				close(h.(hold).started)
+				<-h.(hold).release
+			}
+		}
+		l := v.leads[p.LeadID]
+		if l == nil {
+			return "", notFound.Errorf("lead %s not found", p.LeadID)
+		}
+		v.appends = append(v.appends, probeAppend{l, m.CreatedAt})
+		return consumer.Applied, nil
+	}
+	return consumer.Batched[*probeView]{
+		Read:   probeRead,
+		Routes: []consumer.Route[*probeView]{{EventType: probeType, KeyPrefix: "probe:", Decide: decide}},
+		Write:  probeWrite,
+	}
+}
+
+// probeService builds the probe service (probeContract).
+func probeService(schedule ...time.Duration) func(prometheus.Registerer) consumer.Service {
 	return func(prometheus.Registerer) consumer.Service {
 		return consumer.Service{
 			Name: "probe", Topic: probeTopic, Group: probeGroup, DLQTopic: probeDLQ,
 			ContractVersion: 1,
 			InvalidCode:     probeInvalid,
-			Routes: []consumer.Route{{
-				EventType: probeType,
-				KeyPrefix: "probe:",
-				Handle: func(ctx context.Context, tx *ent.Tx, m *consumer.Message) (consumer.Outcome, error) {
-					p, err := consumer.DecodePayload[probePayload](m)
-					if err != nil {
-						return "", err
-					}
-					switch p.Mode {
-					case "invalid":
-						return "", m.Invalid("Mode invalid asked for")
-					case "conflict":
-						conflictRuns.Add(1)
-						return "", probeConflict.Errorf("row version moved")
-					case "panic":
-						panic("probe panics")
-					case "second-layer":
-						return consumer.SkippedDuplicate, nil // the handler's own idempotency layer
-					case "bug":
-						return "", errors.New("an unexpected error (a bug)")
-					case "flaky": // waits for its lead once (parked), then fails unexpectedly
-						if _, again := flakySeen.LoadOrStore(m.MessageID, true); !again {
-							return "", notFound.Errorf("lead %s not found (first run)", p.LeadID)
-						}
-						return "", errors.New("an unexpected error on re-drive (a bug)")
-					case "slow":
-						slowStarted.Store(m.MessageID, true)
-						time.Sleep(slowFor)
-					case "hold":
-						if h, ok := holds.LoadAndDelete(m.MessageID); ok { // held on its first run only
-							close(h.(hold).started)
-							<-h.(hold).release
-						}
-					}
-					l, err := tx.Lead.Query().Where(lead.ID(p.LeadID)).Only(ctx)
-					if ent.IsNotFound(err) {
-						return "", notFound.Errorf("lead %s not found", p.LeadID)
-					}
-					if err != nil {
-						return "", err
-					}
-					err = tx.LeadEvent.Create().
-						SetLeadID(l.ID).SetTenantID(l.TenantID).SetType("SelectionAttached").
-						SetOccurredAt(m.CreatedAt).SetPayload(json.RawMessage(`{}`)).Exec(ctx)
-					if err != nil {
-						return "", err
-					}
-					return consumer.Applied, nil
-				},
-			}},
+			Handlers:        probeContract(schedule...),
 		}
 	}
+}
+
+// probeOf is the probe contract of a service probeService built.
+func probeOf(svc consumer.Service) consumer.Batched[*probeView] {
+	return svc.Handlers.(consumer.Batched[*probeView])
 }
 
 type env struct {

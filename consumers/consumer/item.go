@@ -16,14 +16,15 @@ type item struct {
 	km        *kafka.Message
 	msg       *Message
 	decodeErr error
-	route     Route
+	route     RouteInfo
+	routeIdx  int // its route's index in the service's routes
 	routed    bool
 	id        string          // the MessageId as text, once decoded
 	key       string          // idempotency key
 	start     time.Time       // handed to its worker: its duration counts the queue
 	ctx       context.Context // carries the message's span
 	span      trace.Span
-	st        *state
+	st        *state // its attempt's: set on its message while its route runs
 	outcome   Outcome
 	attempts  int
 	marked    bool            // its mark was found committed: a duplicate
@@ -76,7 +77,12 @@ func (r *Runtime) decode(it *item) {
 		it.msg.problem = fmt.Errorf("CreatedAt %s is more than %s in the future (MAX_CLOCK_SKEW)", env.CreatedAt.Format(time.RFC3339), skew)
 	}
 	it.id = env.MessageID.String()
-	it.route, it.routed = r.svc.route(env.EventType)
+	for i, rt := range r.routes {
+		if rt.EventType == env.EventType {
+			it.route, it.routeIdx, it.routed = rt, i, true
+			break
+		}
+	}
 	if it.routed {
 		it.key = it.route.KeyPrefix + it.id
 	}

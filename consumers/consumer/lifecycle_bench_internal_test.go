@@ -1,6 +1,7 @@
 package consumer
 
 import (
+	"context"
 	"io"
 	"testing"
 	"time"
@@ -8,6 +9,8 @@ import (
 	"github.com/confluentinc/confluent-kafka-go/v2/kafka"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
+
+	"github.com/pin-platform/pin/ent"
 )
 
 // BenchmarkMessageLifecycle measures what the runtime spends on every
@@ -20,7 +23,7 @@ func BenchmarkMessageLifecycle(b *testing.B) {
 		Name: "bench", Topic: "pin.bench.v1", Group: "bench", DLQTopic: "pin.bench.v1.dlq",
 		ContractVersion: 1,
 		InvalidCode:     Code{Name: "BENCH_INVALID", Class: Invalid},
-		Routes:          []Route{{EventType: "pin.referral.bond-created", KeyPrefix: "rewards:"}},
+		Handlers:        nothingTo("pin.referral.bond-created", "rewards:"),
 		Metrics: SpecMetrics{
 			DurationMs: "bench_consume_duration_ms", DLQ: "bench_dlq_total",
 			ContractMismatch: "bench_contract_mismatch_total", Duplicates: "bench_duplicates_total",
@@ -51,5 +54,15 @@ func BenchmarkMessageLifecycle(b *testing.B) {
 		r.logFor(it).Debug().Msg("consumed")
 		it.outcome = Applied
 		r.finish(it, nil)
+	}
+}
+
+// nothingTo is a contract of one route that reads nothing, decides
+// Applied and writes nothing.
+func nothingTo(eventType, keyPrefix string) Batched[struct{}] {
+	return Batched[struct{}]{
+		Read: func(context.Context, *ent.Tx, []*Message) (struct{}, error) { return struct{}{}, nil },
+		Routes: []Route[struct{}]{{EventType: eventType, KeyPrefix: keyPrefix,
+			Decide: func(context.Context, struct{}, *Message) (Outcome, error) { return Applied, nil }}},
 	}
 }

@@ -206,7 +206,7 @@ func (m *metrics) zeroes(svc Service) {
 	if !svc.Blocking {
 		outcomes = append(outcomes, Parked)
 	}
-	for _, r := range svc.Routes {
+	for _, r := range svc.Routes() {
 		m.duration.WithLabelValues(r.EventType)
 		for _, o := range outcomes {
 			m.messages.WithLabelValues(r.EventType, string(o))

@@ -20,32 +20,33 @@ import (
 	"github.com/pin-platform/pin/ent"
 )
 
-type preparedKey struct{}
-
-// preparing is the probe with a Service.Prepare that records what it was
-// given and tags the context; the handler counts the runs that saw the tag.
+// preparing is the probe with a Read that records what it was given and
+// tags its view, and a Write that records what it wrote; the decisions
+// count the runs on a tagged view.
 type preparing struct {
-	fail       atomic.Bool  // Prepare fails
-	panics     atomic.Bool  // Prepare panics
-	flushFail  atomic.Bool  // the BeforeCommit function fails
-	deadlock   atomic.Int32 // Prepare (or, with deadlockAt "flush", the flush) loses a deadlock this many more times
+	fail       atomic.Bool  // Read fails
+	panics     atomic.Bool  // Read panics
+	flushFail  atomic.Bool  // Write fails
+	deadlock   atomic.Int32 // Read (or, with deadlockAt "flush", Write) loses a deadlock this many more times
 	deadlockAt string
 	raced      int       // the index in batches of the call that lost the deadlock, -1 until one did
-	poison     uuid.UUID // Prepare fails for any transaction holding this message
+	poison     uuid.UUID // Read fails for any transaction holding this message
 	blame      bool      // and names it (FailMessage)
-	flushes    atomic.Int64
-	flushed    atomic.Int64 // handler runs seen by the flushes
-	early      atomic.Bool  // a flush ran before its batch's handlers had
-	mu         sync.Mutex
-	given      []uuid.UUID   // MessageIds passed to Prepare, over all batches
-	batches    [][]uuid.UUID // the same, per call
-	calls      int
-	withTag    atomic.Int64
-	untagged   atomic.Int64
+	// blameInWrite, when set, is a message Write blames (FailMessage) once.
+	blameInWrite func(*consumer.Message) bool
+	flushes      atomic.Int64
+	flushed      atomic.Int64 // decisions seen by the writes
+	early        atomic.Bool  // a write ran before its transaction's decisions had
+	mu           sync.Mutex
+	given        []uuid.UUID   // MessageIds passed to Read, over all transactions
+	batches      [][]uuid.UUID // the same, per call
+	calls        int
+	withTag      atomic.Int64
+	untagged     atomic.Int64
 }
 
 // loseDeadlock reports whether the hook at where loses a deadlock now,
-// recording the Prepare call it happened in.
+// recording the Read call it happened in.
 func (p *preparing) loseDeadlock(where string) bool {
 	if p.deadlockAt != where || p.deadlock.Add(-1) < 0 {
 		return false
@@ -58,7 +59,10 @@ func (p *preparing) loseDeadlock(where string) bool {
 
 func (p *preparing) service(reg prometheus.Registerer) consumer.Service {
 	svc := probeService(long...)(reg)
-	svc.Prepare = func(ctx context.Context, tx *ent.Tx, msgs []*consumer.Message) (context.Context, error) {
+	b := probeOf(svc)
+	read, write, decide := b.Read, b.Write, b.Routes[0].Decide
+	upTo := map[*probeView]int64{} // decisions in tagged views once the view's have run
+	b.Read = func(ctx context.Context, tx *ent.Tx, msgs []*consumer.Message) (*probeView, error) {
 		p.mu.Lock()
 		p.calls++
 		var batch []uuid.UUID
@@ -68,62 +72,76 @@ func (p *preparing) service(reg prometheus.Registerer) consumer.Service {
 		}
 		p.batches = append(p.batches, batch)
 		p.mu.Unlock()
-		// It runs in the batch's transaction.
+		// It runs in the transaction.
 		if _, err := tx.ExecContext(ctx, `SELECT 1`); err != nil {
 			return nil, err
 		}
 		if p.fail.Load() {
-			return nil, errors.New("prepare fails")
+			return nil, errors.New("read fails")
 		}
 		if p.loseDeadlock("prepare") {
 			return nil, fmt.Errorf("lock the leads: %w", &pq.Error{Code: "40P01", Message: "deadlock detected"})
 		}
 		if p.panics.Load() {
-			panic("prepare panics")
+			panic("read panics")
 		}
 		for _, m := range msgs {
 			if m.MessageID != p.poison {
 				continue
 			}
 			if p.blame {
-				return nil, consumer.FailMessage(m, errors.New("prepare cannot take this one"))
+				return nil, consumer.FailMessage(m, errors.New("read cannot take this one"))
 			}
-			return nil, errors.New("prepare fails on a message it does not name")
+			return nil, errors.New("read fails on a message it does not name")
 		}
-		n := len(msgs)
+		v, err := read(ctx, tx, msgs)
+		if err != nil {
+			return nil, err
+		}
+		v.prepared = true
 		p.mu.Lock()
-		upTo := int64(len(p.given)) // handler runs in batches once this one's have run
+		upTo[v] = int64(len(p.given))
 		p.mu.Unlock()
-		if !consumer.BeforeCommit(ctx, func(ctx context.Context) error {
-			if p.withTag.Load() < upTo {
-				p.early.Store(true)
-			}
-			p.flushes.Add(1)
-			p.flushed.Add(int64(n))
-			if _, err := tx.ExecContext(ctx, `SELECT 1`); err != nil {
-				return err
-			}
-			if p.flushFail.Load() {
-				return errors.New("flush fails")
-			}
-			if p.loseDeadlock("flush") {
-				return fmt.Errorf("update the leads: %w", &pq.Error{Code: "40P01", Message: "deadlock detected"})
-			}
-			return nil
-		}) {
-			return nil, errors.New("BeforeCommit refused in Prepare")
-		}
-		return context.WithValue(ctx, preparedKey{}, true), nil
+		return v, nil
 	}
-	handle := svc.Routes[0].Handle
-	svc.Routes[0].Handle = func(ctx context.Context, tx *ent.Tx, m *consumer.Message) (consumer.Outcome, error) {
-		if ctx.Value(preparedKey{}) != nil {
+	b.Write = func(ctx context.Context, tx *ent.Tx, v *probeView) error {
+		p.mu.Lock()
+		want := upTo[v]
+		delete(upTo, v)
+		p.mu.Unlock()
+		if p.withTag.Load() < want {
+			p.early.Store(true)
+		}
+		p.flushes.Add(1)
+		p.flushed.Add(int64(len(v.msgs)))
+		if _, err := tx.ExecContext(ctx, `SELECT 1`); err != nil {
+			return err
+		}
+		if p.flushFail.Load() {
+			return errors.New("write fails")
+		}
+		if p.loseDeadlock("flush") {
+			return fmt.Errorf("update the leads: %w", &pq.Error{Code: "40P01", Message: "deadlock detected"})
+		}
+		if p.blameInWrite != nil {
+			for _, m := range v.msgs {
+				if p.blameInWrite(m) {
+					return consumer.FailMessage(m, probeConflict.Errorf("the write lost a race on it"))
+				}
+			}
+		}
+		return write(ctx, tx, v)
+	}
+	b.Routes = []consumer.Route[*probeView]{b.Routes[0]}
+	b.Routes[0].Decide = func(ctx context.Context, v *probeView, m *consumer.Message) (consumer.Outcome, error) {
+		if v != nil && v.prepared {
 			p.withTag.Add(1)
 		} else {
 			p.untagged.Add(1)
 		}
-		return handle(ctx, tx, m)
+		return decide(ctx, v, m)
 	}
+	svc.Handlers = b
 	return svc
 }
 
@@ -162,7 +180,7 @@ func TestPrepareRunsOncePerBatchWithTheMessagesToHandle(t *testing.T) {
 			seen[id] = true
 		}
 	}
-	// Every handler run of a prepared batch saw Prepare's context; the
+	// Every handler run of a prepared batch saw Read's context; the
 	// others ran on their own. The repeated message runs twice only if its
 	// copies fell in two batches (the second is then rolled back and
 	// skipped at its mark).
@@ -175,10 +193,10 @@ func TestPrepareRunsOncePerBatchWithTheMessagesToHandle(t *testing.T) {
 	}
 }
 
-// A hook that fails for every transaction (Prepare returning an error or
-// panicking, a BeforeCommit write failing) is a bug every message meets:
+// A hook that fails for every transaction (Read returning an error or
+// panicking, a Write write failing) is a bug every message meets:
 // the partition holds, nothing is dead-lettered, and once it is gone every
-// message is applied once, each through Prepare.
+// message is applied once, each through Read.
 func TestAHookFailingForEveryMessageHoldsThePartition(t *testing.T) {
 	t.Parallel()
 	for name, broken := range map[string]func(*preparing) *atomic.Bool{
@@ -218,10 +236,10 @@ func TestAHookFailingForEveryMessageHoldsThePartition(t *testing.T) {
 	}
 }
 
-// A Prepare that fails on one message of the transaction: when it names it
+// A Read that fails on one message of the transaction: when it names it
 // (FailMessage), that message alone fails; when it does not, the messages
 // run in smaller transactions until it is alone. Either way the others
-// are applied through Prepare and the poison one, its failure its own (the
+// are applied through Read and the poison one, its failure its own (the
 // others commit), reaches the DLQ.
 func TestAPrepareFailingOnOneMessageDeadLettersThatMessageAlone(t *testing.T) {
 	t.Parallel()
@@ -257,7 +275,7 @@ func TestBeforeCommitRunsAfterTheBatchsHandlers(t *testing.T) {
 	if p.flushes.Load() == 0 {
 		t.Fatal("BeforeCommit never ran: the messages were not batched")
 	}
-	// One flush per Prepare, each after all of its batch's handlers.
+	// One flush per Read, each after all of its batch's handlers.
 	p.mu.Lock()
 	calls, given := p.calls, len(p.given)
 	p.mu.Unlock()
@@ -289,24 +307,11 @@ func TestABeforeCommitFailureOfOneMessageIsThatMessagesFirstAttempt(t *testing.T
 		}
 		e.produce(1, v)
 	}
-	p := &preparing{}
-	var blamedOnce atomic.Bool // the flush loses its race once
-	build := func(reg prometheus.Registerer) consumer.Service {
-		svc := p.service(reg)
-		prep := svc.Prepare
-		svc.Prepare = func(ctx context.Context, tx *ent.Tx, msgs []*consumer.Message) (context.Context, error) {
-			for _, m := range msgs {
-				if m.MessageID == failing && !blamedOnce.Swap(true) {
-					consumer.BeforeCommit(ctx, func(context.Context) error {
-						return consumer.FailMessage(m, probeConflict.Errorf("the flush lost a race on it"))
-					})
-				}
-			}
-			return prep(ctx, tx, msgs)
-		}
-		return svc
-	}
-	r := consumertest.Start(t, e.cluster.Bootstrap, e.url, build, consumertest.Options{})
+	var blamedOnce atomic.Bool // the write loses its race once
+	p := &preparing{blameInWrite: func(m *consumer.Message) bool {
+		return m.MessageID == failing && !blamedOnce.Swap(true)
+	}}
+	r := consumertest.Start(t, e.cluster.Bootstrap, e.url, p.service, consumertest.Options{})
 	e.waitCommitted(n)
 
 	if got := e.events(leadID); got != n {
@@ -326,8 +331,8 @@ func TestABeforeCommitFailureOfOneMessageIsThatMessagesFirstAttempt(t *testing.T
 }
 
 // The batch path keeps the runtime's guarantees through a rebalance: a
-// member joins and another leaves while batches with Prepare and
-// BeforeCommit are in flight; every message has one effect and one mark.
+// member joins and another leaves while batches with Read and
+// Write are in flight; every message has one effect and one mark.
 func TestPreparedBatchesThroughARebalanceNeitherLoseNorDouble(t *testing.T) {
 	t.Parallel()
 	pa, pb := &preparing{}, &preparing{}
@@ -553,8 +558,8 @@ func TestABatchWhoseMarksLoseADeadlockRunsAgainAsABatch(t *testing.T) {
 	checkOutcomes(t, r, map[consumer.Outcome]int{consumer.SkippedDuplicate: 1})
 }
 
-// A deadlock or serialization failure in Prepare's locks or in a write
-// registered with BeforeCommit is a lost race, like one in the marks: the
+// A deadlock or serialization failure in Read's locks or in a write
+// registered with Write is a lost race, like one in the marks: the
 // transaction runs again at once with the same messages, as a whole (not
 // split into single messages), and nothing is dead-lettered.
 func TestAHookLosingADeadlockRunsTheTransactionAgainAsAWhole(t *testing.T) {

@@ -80,7 +80,7 @@ func TestEachServiceRoleWritesItsOwnAndNothingElse(t *testing.T) {
 				t.Fatalf("roster service %s has no role %s (%v): add its role migration (README, \"Adding a consumer\")", svc, migrate.ServiceRole(svc), err)
 			}
 			db := openDB(t, pgtest.ServiceURL(t, dbURL, svc))
-			prefix := s.New(prometheus.NewRegistry()).Routes[0].KeyPrefix // a key of its own
+			prefix := s.New(prometheus.NewRegistry()).Routes()[0].KeyPrefix // a key of its own
 			mark := func(topic string) error {
 				_, err := db.Exec(`INSERT INTO processed_messages (idempotency_key, consumer_group, topic, "partition", "offset", outcome) VALUES ($1, 'g', $2, 0, 0, 'applied')`,
 					prefix+uuid.NewString(), topic)
@@ -158,7 +158,7 @@ func routePrefixes(t *testing.T) map[string][]string {
 	t.Helper()
 	out := map[string][]string{}
 	for _, s := range roster.All {
-		for _, r := range s.New(prometheus.NewRegistry()).Routes {
+		for _, r := range s.New(prometheus.NewRegistry()).Routes() {
 			if r.KeyPrefix == "" {
 				t.Fatalf("%s route %s has no key prefix", s.Name(), r.EventType)
 			}

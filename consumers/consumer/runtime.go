@@ -74,6 +74,9 @@ type Runtime struct {
 
 	gauges []*gauge // Service.Gauges, computed by runGauge
 
+	// routes are the service's routes, in its order: a message's route
+	// is its index here.
+	routes []RouteInfo
 	// commits holds, per route (EventType), when a message last committed
 	// with its handler's effect (unix nanos): the evidence that an
 	// unexpected failure is a message's own (processOne, the re-driver).
@@ -107,11 +110,8 @@ type Runtime struct {
 // New builds a runtime. client and db are the same database: db is used for
 // set-based statements and health checks.
 func New(cfg Config, svc Service, client *ent.Client, db *sql.DB, opts Options) (*Runtime, error) {
-	if svc.Topic == "" || svc.Group == "" || svc.DLQTopic == "" || len(svc.Routes) == 0 {
-		return nil, errors.New("consumer: service needs Topic, Group, DLQTopic and Routes")
-	}
-	if svc.InvalidCode.Name == "" {
-		return nil, errors.New("consumer: service needs an InvalidCode")
+	if err := svc.check(); err != nil {
+		return nil, err
 	}
 	cfg = cfg.withDefaults()
 	cfg.BatchSize = min(cfg.BatchSize, MaxBatchSize)
@@ -127,9 +127,10 @@ func New(cfg Config, svc Service, client *ent.Client, db *sql.DB, opts Options) 
 
 		schemaVersion: opts.SchemaVersion,
 		redact:        opts.Redact,
-		commits:       make(map[string]*atomic.Int64, len(svc.Routes)),
+		routes:        svc.Routes(),
 	}
-	for _, rt := range svc.Routes {
+	r.commits = make(map[string]*atomic.Int64, len(r.routes))
+	for _, rt := range r.routes {
 		r.commits[rt.EventType] = new(atomic.Int64)
 	}
 	r.sched = newScheduler(cfg.Transactions, sharedLimit*cfg.BatchSize, cfg.TransactionBytes)

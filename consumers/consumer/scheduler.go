@@ -10,14 +10,14 @@ import (
 // one knob of the runtime's concurrency.
 //
 // Each partition's worker gathers its own batch. A transaction's fixed
-// cost (its BEGIN, Prepare's reads, the set-based writes, the marks, the
+// cost (its BEGIN, Read's reads, the set-based writes, the marks, the
 // commit's flush) would be paid per partition, and at partial load the
 // batches are small. So the routable runs of the partitions that become
 // ready while the transactions run wait, then go together into the next
 // one: its leader (a waiting worker promoted when a lane frees) runs them
-// as one batch — Prepare over all of them, each partition's handlers in
+// as one batch — Read over all of them, each partition's handlers in
 // its offset order, one insert of the marks, one commit. Rows touched
-// from several partitions are locked in key order by Prepare, as for one
+// from several partitions are locked in key order by Read, as for one
 // partition's batch.
 //
 // A run that must be alone (a message retried on its own, a probe) waits
@@ -26,7 +26,7 @@ import (
 // The guarantees are a batch's: a shared transaction commits all of its
 // runs or none. When it commits, each worker settles its own run (its
 // messages' after-commit hooks, outcome lines, and the offset of its
-// partition, stored only now). When a handler fails (or a BeforeCommit
+// partition, stored only now). When a handler fails (or a Write
 // blames a message through FailMessage), the failure goes to that
 // message's run, which goes on as after a failure in its own batch: the
 // failure is the message's first attempt. Every other run, and every run
@@ -117,7 +117,7 @@ func (s *scheduler) do(w *worker, items []*item, alone bool, mode txMode) txResu
 // run leads own's transaction: own's run, with the runs waiting now (up to
 // limit messages) unless own is alone, on own's worker; it tells the
 // others how it ended, and hands the lane on. A handler's failure (or a
-// BeforeCommit's, through FailMessage) is reported to the run of its
+// Write's, through FailMessage) is reported to the run of its
 // message only, so that it counts as that message's first attempt, as in a
 // batch of its own.
 func (s *scheduler) run(own *request) (res txResult) {

@@ -2,6 +2,7 @@ package consumer
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -32,7 +33,9 @@ type Service struct {
 	// InvalidCode is the service's own code for a readable envelope with a
 	// bad payload (REWARDS_BOND_EVENT_INVALID, …).
 	InvalidCode Code
-	Routes      []Route
+	// Handlers is what the service does with its messages: its Read, its
+	// routes and its Write (a Batched).
+	Handlers Handlers
 
 	// RetryNow is how many times a RetryNow failure is re-run before the
 	// DLQ (the specs say 3). Zero means 3.
@@ -40,20 +43,6 @@ type Service struct {
 	// Blocking keeps RetryLater waits in line: the partition waits instead
 	// of parking the message. For consumers whose per-key order matters.
 	Blocking bool
-
-	// Prepare, when set, runs first in every transaction of messages (a
-	// batch, a shared run, a message alone, a re-drive, a probe) with the
-	// messages about to be handled in offset order (a MessageId met twice
-	// once). It reads, and locks in key order, the rows they touch, one
-	// statement per table, and returns the context the handlers run under,
-	// carrying that view; the handlers decide on it and queue their
-	// writes, which it registers with BeforeCommit to write set-based.
-	// The marks go in last, so a redelivered message may be among the
-	// messages: its handler runs on the state it left, and the transaction
-	// runs again without it. It must skip messages it cannot read (their
-	// handlers report them). Its error fails the transaction; one made
-	// with FailMessage is that message's failure.
-	Prepare func(ctx context.Context, tx *ent.Tx, msgs []*Message) (context.Context, error)
 
 	// Describe, when set, gives the fields the spec's log lines carry for a
 	// message whose handler did not run or registered none (a duplicate
@@ -83,13 +72,26 @@ type SpecMetrics struct {
 	LagSource func(ctx context.Context, client *ent.Client) (time.Time, bool, error)
 }
 
-func (s Service) route(eventType string) (Route, bool) {
-	for _, r := range s.Routes {
-		if r.EventType == eventType {
-			return r, true
-		}
+// Routes are the service's routes, without their decisions: the event
+// types it handles and their idempotency key prefixes.
+func (s Service) Routes() []RouteInfo {
+	if s.Handlers == nil {
+		return nil
 	}
-	return Route{}, false
+	return s.Handlers.routes()
+}
+
+// check reports a service the runtime cannot run.
+func (s Service) check() error {
+	switch {
+	case s.Topic == "" || s.Group == "" || s.DLQTopic == "":
+		return errors.New("consumer: service needs Topic, Group and DLQTopic")
+	case s.InvalidCode.Name == "":
+		return errors.New("consumer: service needs an InvalidCode")
+	case s.Handlers == nil:
+		return errors.New("consumer: service needs Handlers")
+	}
+	return s.Handlers.check()
 }
 
 func (s Service) retryNow() int {

@@ -13,8 +13,7 @@ import (
 //	CASE <column> WHEN $1 THEN $2::<cast> WHEN $3 THEN $4::<cast> … END
 //
 // with one value per key: what a set-based UPDATE of many rows, each to
-// its own value, needs (the writes a Service.Prepare registers with
-// BeforeCommit). The cast types the values, which PostgreSQL cannot infer
+// its own value, needs (the writes x// Write). The cast types the values, which PostgreSQL cannot infer
 // from a CASE of parameters; a nil value is NULL of that type (ent writes it inline).
 func CaseByKey[K any](b *sql.Builder, column string, keys []K, cast string, value func(K) any) {
 	b.WriteString("CASE ").Ident(column)

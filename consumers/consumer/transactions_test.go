@@ -11,7 +11,6 @@ import (
 	"github.com/pin-platform/pin/consumers/consumer"
 	"github.com/pin-platform/pin/consumers/consumer/consumertest"
 	"github.com/pin-platform/pin/consumers/kafkatest"
-	"github.com/pin-platform/pin/ent"
 )
 
 // overlap wraps the probe's handler to record how many transactions ran at
@@ -22,15 +21,18 @@ type overlap struct{ now, peak atomic.Int64 }
 func (o *overlap) build(base func(prometheus.Registerer) consumer.Service) func(prometheus.Registerer) consumer.Service {
 	return func(reg prometheus.Registerer) consumer.Service {
 		s := base(reg)
-		h := s.Routes[0].Handle
-		s.Routes[0].Handle = func(ctx context.Context, tx *ent.Tx, m *consumer.Message) (consumer.Outcome, error) {
+		b := probeOf(s)
+		h := b.Routes[0].Decide
+		b.Routes = []consumer.Route[*probeView]{b.Routes[0]}
+		b.Routes[0].Decide = func(ctx context.Context, v *probeView, m *consumer.Message) (consumer.Outcome, error) {
 			n := o.now.Add(1)
 			defer o.now.Add(-1)
 			for p := o.peak.Load(); n > p && !o.peak.CompareAndSwap(p, n); p = o.peak.Load() {
 			}
 			time.Sleep(3 * time.Millisecond)
-			return h(ctx, tx, m)
+			return h(ctx, v, m)
 		}
+		s.Handlers = b
 		return s
 	}
 }

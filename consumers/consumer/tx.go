@@ -19,12 +19,11 @@ import (
 // message retried on its own, a parked message re-driven, a probe: all run
 // here.
 //
-//  1. Prepare (when the service has one) reads, and locks, what the
-//     messages touch, in one statement per table, in key order;
-//  2. each handler, in offset order, decides on what Prepare read and
-//     queues its writes (a service without Prepare writes through tx);
-//  3. the BeforeCommit functions Prepare registered write what was
-//     queued, set-based;
+//  1. the service's Read reads, and locks, what the messages touch, in
+//     one statement per table, in key order: the view;
+//  2. each message's route, in offset order, decides on the view and
+//     queues its writes on it;
+//  3. the service's Write writes what was queued, set-based;
 //  4. one insert of the marks, with their outcomes: a mark that is there
 //     already belongs to a message processed before (a redelivery), which
 //     is taken out, and the rest runs again;
@@ -33,9 +32,9 @@ import (
 // txResult is how a transaction of messages ended.
 type txResult struct {
 	committed bool
-	// failed is the message whose handler failed (or that a BeforeCommit
-	// write blamed, through FailMessage); nil when the failure belongs to
-	// none (Prepare, a write, the marks, the commit) or nothing failed.
+	// failed is the message whose route failed (or that Read or Write
+	// blamed, through FailMessage); nil when the failure belongs to none
+	// (Read, Write, the marks, the commit) or nothing failed.
 	failed *item
 	err    error // the failure
 }
@@ -50,7 +49,7 @@ type txMode struct {
 // back for another's failure.
 var errRolledBack = errors.New("rolled back with its transaction")
 
-// writeError is a BeforeCommit write's failure that names no message: a
+// writeError is a Write failure that names no message: a
 // constraint the prepared view could not see (another processor's row,
 // written meanwhile) is a lost race, not the data's fault.
 type writeError struct{ err error }
@@ -145,53 +144,45 @@ func (r *Runtime) txOnce(ctx context.Context, items []*item, mode txMode, shared
 		return res, noRerun
 	}
 
-	hctx := ctx
-	b := &batch{}
-	if r.svc.Prepare != nil {
-		if err := r.guarded("prepare", func() (err error) {
-			hctx, err = r.svc.Prepare(context.WithValue(ctx, batchKey{}, b), tx, msgs)
-			return err
-		}); err != nil {
-			if it := blamed(items, run, err); it != nil {
-				var mf *messageFailure
-				errors.As(err, &mf)
-				return fail(txResult{failed: it, err: mf.err})
-			}
-			if c := lostRace(err); c != "" && rerace { // Prepare's locks deadlocked with another transaction's
-				r.rollbackTx(ctx, tx, mode)
-				return r.lostTheRace(c, err, len(items))
-			}
-			return fail(txResult{err: fmt.Errorf("prepare: %w", err)})
+	var op opened
+	if err := r.guarded("read", func() (err error) {
+		op, err = r.svc.Handlers.open(ctx, tx, msgs)
+		return err
+	}); err != nil {
+		if it := blamed(items, run, err); it != nil {
+			var mf *messageFailure
+			errors.As(err, &mf)
+			return fail(txResult{failed: it, err: mf.err})
 		}
-		if hctx == nil {
-			hctx = ctx
+		if c := lostRace(err); c != "" && rerace { // Read's locks deadlocked with another transaction's
+			r.rollbackTx(ctx, tx, mode)
+			return r.lostTheRace(c, err, len(items))
 		}
+		return fail(txResult{err: fmt.Errorf("read: %w", err)})
 	}
 	marks := make([]mark, 0, len(msgs))
 	for i, it := range items {
 		if !run[i] {
 			continue
 		}
-		out, err := r.call(hctx, tx, it)
+		out, err := r.call(ctx, op, it)
 		if err != nil {
 			return fail(txResult{failed: it, err: err})
 		}
 		it.outcome = out
 		marks = append(marks, mark{it.key, it.msg.Partition, it.msg.Offset, out})
 	}
-	for _, fn := range b.beforeCommit {
-		if err := r.guarded("before-commit", func() error { return fn(hctx) }); err != nil {
-			r.rollbackTx(ctx, tx, mode)
-			if it := blamed(items, run, err); it != nil {
-				var mf *messageFailure
-				errors.As(err, &mf)
-				return txResult{failed: it, err: mf.err}, noRerun
-			}
-			if c := raceCode(err); c != "" && rerace { // a deadlock, or another processor's row written since Prepare read
-				return r.lostTheRace(c, err, len(items))
-			}
-			return txResult{err: &writeError{err}}, noRerun
+	if err := r.guarded("write", func() error { return op.write(ctx) }); err != nil {
+		r.rollbackTx(ctx, tx, mode)
+		if it := blamed(items, run, err); it != nil {
+			var mf *messageFailure
+			errors.As(err, &mf)
+			return txResult{failed: it, err: mf.err}, noRerun
 		}
+		if c := raceCode(err); c != "" && rerace { // a deadlock, or another processor's row written since Read
+			return r.lostTheRace(c, err, len(items))
+		}
+		return txResult{err: &writeError{err}}, noRerun
 	}
 	inserted, err := insertMarks(ctx, tx, r.svc.Group, r.svc.Topic, marks)
 	if err != nil {
@@ -268,7 +259,7 @@ func (r *Runtime) commitTx(ctx context.Context, tx *ent.Tx, mode txMode) error {
 
 // raceCode is the SQLSTATE of a write that lost a race to another
 // transaction (a deadlock, a serialization failure, a unique key taken
-// since Prepare read), "" for any other error.
+// since Read), "" for any other error.
 func raceCode(err error) string {
 	if c := lostRace(err); c != "" {
 		return c
@@ -296,8 +287,7 @@ func uniqueTaken(err error) bool {
 	return errors.As(err, &pqErr) && (pqErr.Code == "23505" || pqErr.Code == "23P01")
 }
 
-// guarded runs a service's transaction hook (Prepare, a BeforeCommit
-// function). A panic becomes an error, logged with its stack: the
+// guarded runs a service's Read or Write. A panic becomes an error, logged with its stack: the
 // transaction fails as on any hook's error (its messages run again in
 // smaller transactions, where every failure is judged on its own) instead
 // of the process crashing on the same batch after every restart.
@@ -311,12 +301,14 @@ func (r *Runtime) guarded(what string, fn func() error) (err error) {
 	return fn()
 }
 
-// call runs the route's handler for one attempt, with a fresh per-attempt
-// state. A panic is turned into an error of the service's invalid code: the
-// message goes to the DLQ (where it can be replayed after a fix) instead of
-// crashing the process or stalling the partition.
-func (r *Runtime) call(ctx context.Context, tx *ent.Tx, it *item) (out Outcome, err error) {
+// call runs the message's route for one attempt, with a fresh
+// per-attempt state on its message. A panic is turned into an error of the
+// service's invalid code: the message goes to the DLQ (where it can be
+// replayed after a fix) instead of crashing the process or stalling the
+// partition.
+func (r *Runtime) call(ctx context.Context, op opened, it *item) (out Outcome, err error) {
 	it.st = &state{}
+	it.msg.attempt = it.st
 	defer func() {
 		if p := recover(); p != nil {
 			r.logFor(it).Error().Str("panic", fmt.Sprint(p)).Str("stack", string(debug.Stack())).Msg("handler panicked")
@@ -325,5 +317,5 @@ func (r *Runtime) call(ctx context.Context, tx *ent.Tx, it *item) (out Outcome, 
 	}()
 	ctx = handlerContext(ctx, it)
 	ctx = r.logFor(it).WithContext(ctx)
-	return it.route.Handle(withState(ctx, it.st), tx, it.msg)
+	return op.decide(ctx, it.routeIdx, it.msg)
 }

@@ -43,7 +43,7 @@ func TestBatchesOfAllPartitionsOnTheSameLeadsNeitherDeadlockNorLoseAnUpdate(t *t
 		h.waitCommitted(Group, p, n)
 	}
 
-	// Every event is in the feed: Prepare locks the leads of every
+	// Every event is in the feed: Read locks the leads of every
 	// transaction, a message's alone too, so none loses a race to
 	// another partition's (a dead letter of any code is a failure).
 	if n := h.Run.Counter(MetricDLQ, nil); n != 0 {

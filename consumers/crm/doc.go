@@ -11,7 +11,7 @@
 //
 //   - payload.go: the event's payload, its validation, the Action enum and
 //     the title cut (256 runes, never bytes);
-//   - view.go: Prepare, which resolves and locks the Active leads of a
+//   - view.go: Read, which resolves and locks the Active leads of a
 //     transaction's pairs and looks for its messages in the feed (the
 //     source_message_id idempotency layer): the view the handler decides
 //     on;
@@ -29,7 +29,7 @@
 // Delivery: a message is processed at least once and applied exactly once.
 // Two layers guard against duplicates: the runtime's processed_messages key
 // crm:selection-shared:{MessageId}, and the partial unique index
-// ux_lead_events_source_message_id, which Prepare reads (skipped-duplicate)
+// ux_lead_events_source_message_id, which Read reads (skipped-duplicate)
 // and which refuses an entry another processor wrote meanwhile (a lost
 // race: the transaction runs again and finds it). An event whose lead does
 // not exist yet is parked by the runtime (retry-later) and re-driven 30 s,

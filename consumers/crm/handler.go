@@ -9,7 +9,6 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/pin-platform/pin/consumers/consumer"
-	"github.com/pin-platform/pin/ent"
 )
 
 type handler struct {
@@ -19,20 +18,16 @@ type handler struct {
 }
 
 // handle appends one selection event to its lead's feed: it decides on the
-// view Prepare read (view.go) and queues the append, which the
+// view its Read read (view.go) and queues the append, which the
 // transaction's writer makes before the commit (writer.go). It returns
 // Attached or Viewed, SkippedDuplicate when the feed holds the message's
 // entry already, or an error of one of the spec's codes.
-func (h *handler) handle(ctx context.Context, _ *ent.Tx, m *consumer.Message) (consumer.Outcome, error) {
-	v, err := viewOf(ctx)
-	if err != nil {
-		return "", err
-	}
+func (h *handler) handle(ctx context.Context, v *view, m *consumer.Message) (consumer.Outcome, error) {
 	log := zerolog.Ctx(ctx)
 	// The runtime logs "consumed"; every later line of the message (its
 	// outcome, parked, dead-lettered) carries these fields.
 	p, ev, err := decode(m)
-	consumer.LogFields(ctx, p.logFields)
+	m.LogFields(p.logFields)
 	if err != nil {
 		return "", err
 	}
@@ -46,17 +41,17 @@ func (h *handler) handle(ctx context.Context, _ *ent.Tx, m *consumer.Message) (c
 	// applied already is a duplicate whatever its lead became since.
 	if dupOf := v.inFeed[m.MessageID]; dupOf != uuid.Nil {
 		leadID := dupOf.String()
-		consumer.LogFields(ctx, func(e *zerolog.Event) { e.Str("LeadId", leadID).Str("duplicate", "source_message_id") })
+		m.LogFields(func(e *zerolog.Event) { e.Str("LeadId", leadID).Str("duplicate", "source_message_id") })
 		return SkippedDuplicate, nil
 	}
 
-	// The pair's Active lead, as Prepare resolved and locked it.
+	// The pair's Active lead, as Read resolved and locked it.
 	l := v.leads[pair{ev.AgentUserID, ev.InvestorUserID}]
 	if l == nil {
 		return "", h.leadNotFound(ctx, p, CodeLeadNotFound.Errorf("no Active lead for agent %s and investor %s", ev.AgentUserID, ev.InvestorUserID))
 	}
 	leadID := l.ID.String()
-	consumer.LogFields(ctx, func(e *zerolog.Event) { e.Str("LeadId", leadID) })
+	m.LogFields(func(e *zerolog.Event) { e.Str("LeadId", leadID) })
 
 	typ := ev.Action.EventType()
 	entry := FeedEntry{
@@ -70,10 +65,10 @@ func (h *handler) handle(ctx context.Context, _ *ent.Tx, m *consumer.Message) (c
 		return "", err
 	}
 	eventID := id.String()
-	consumer.LogFields(ctx, func(e *zerolog.Event) { e.Str("EventId", eventID) })
+	m.LogFields(func(e *zerolog.Event) { e.Str("EventId", eventID) })
 	added := LeadEventAdded{LeadID: l.ID, EventID: id, Type: typ}
 	pubCtx := context.WithoutCancel(ctx)
-	consumer.AfterCommit(ctx, func() { publishSafely(pubCtx, h.pub, added) })
+	m.AfterCommit(func() { publishSafely(pubCtx, h.pub, added) })
 	if typ == SelectionViewed {
 		return Viewed, nil
 	}

@@ -24,12 +24,12 @@ import (
 type harness struct {
 	*servicetest.Env
 	pub *recorder
-	// optimistic runs the consumer with Prepare's lead locks released as
+	// optimistic runs the consumer with Read's lead locks released as
 	// soon as it has read (releasingLocks): the lead may then move between
 	// its read and the write, which the writer's update, conditioned on
 	// the row_version read and on status Active, must catch (spec step
 	// 5). Tests that move the lead there (testHookBeforeWrite) need it: in
-	// production the lead stays locked from Prepare's read to the commit,
+	// production the lead stays locked from Read's read to the commit,
 	// so it cannot move.
 	optimistic bool
 }
@@ -47,7 +47,9 @@ func (h *harness) start(scale float64, group string) *consumertest.Running {
 	build := func(reg prometheus.Registerer) consumer.Service {
 		svc := Options{Publisher: h.pub.publish}.New(reg)
 		if h.optimistic {
-			svc.Prepare = releasingLocks(svc.Prepare)
+			b := svc.Handlers.(consumer.Batched[*view])
+			b.Read = releasingLocks(b.Read)
+			svc.Handlers = b
 		}
 		if group != "" {
 			svc.Group = group
@@ -63,19 +65,19 @@ func (h *harness) start(scale float64, group string) *consumertest.Running {
 	return h.StartService(build, consumertest.Options{RetryTimeScale: scale})
 }
 
-// releasingLocks runs prepare in a savepoint that it rolls back at once:
-// the view prepare returns keeps what it read, and the row locks it took
-// are released.
-func releasingLocks(prepare func(context.Context, *ent.Tx, []*consumer.Message) (context.Context, error)) func(context.Context, *ent.Tx, []*consumer.Message) (context.Context, error) {
-	return func(ctx context.Context, tx *ent.Tx, msgs []*consumer.Message) (context.Context, error) {
+// releasingLocks runs read in a savepoint that it rolls back at once: the
+// view read returns keeps what it read, and the row locks it took are
+// released.
+func releasingLocks(read func(context.Context, *ent.Tx, []*consumer.Message) (*view, error)) func(context.Context, *ent.Tx, []*consumer.Message) (*view, error) {
+	return func(ctx context.Context, tx *ent.Tx, msgs []*consumer.Message) (*view, error) {
 		if _, err := tx.ExecContext(ctx, "SAVEPOINT crm_optimistic"); err != nil {
 			return nil, err
 		}
-		hctx, err := prepare(ctx, tx, msgs)
+		v, err := read(ctx, tx, msgs)
 		if _, rerr := tx.ExecContext(ctx, "ROLLBACK TO SAVEPOINT crm_optimistic; RELEASE SAVEPOINT crm_optimistic"); rerr != nil && err == nil {
 			err = rerr
 		}
-		return hctx, err
+		return v, err
 	}
 }
 

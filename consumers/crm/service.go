@@ -102,11 +102,12 @@ func (o Options) New(reg prometheus.Registerer) consumer.Service {
 		InvalidCode:     CodeEventInvalid,
 		Codes:           []consumer.Code{CodeEventInvalid, CodeUnknownAction, CodeLeadNotFound, CodeLeadNotActive, CodeConcurrentUpdate},
 		Outcomes:        []consumer.Outcome{Attached, Viewed},
-		Routes: []consumer.Route{
-			{EventType: EventType, KeyPrefix: KeyPrefix, Handle: h.handle},
+		Handlers: consumer.Batched[*view]{
+			Read:   read,
+			Routes: []consumer.Route[*view]{{EventType: EventType, KeyPrefix: KeyPrefix, Decide: h.handle}},
+			Write:  write,
 		},
 		RetryNow: 3,
-		Prepare:  prepare,
 		Describe: describe,
 		// Not Blocking: the feed is append-only and idempotent, so an event
 		// waiting for its lead is parked and must not stall its partition.

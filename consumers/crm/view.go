@@ -20,7 +20,7 @@ const StatusActive = "Active"
 // pair is a lead's resolution key: (executor agent, primary investor).
 type pair struct{ agent, investor uuid.UUID }
 
-// view is what Prepare read, and locked, for a transaction: the Active
+// view is what its Read read, and locked, for a transaction: the Active
 // leads of its messages' pairs and the messages the feed holds already;
 // with the appends its handlers queued (writer.go), which keep it in step.
 type view struct {
@@ -30,11 +30,6 @@ type view struct {
 	inFeed map[uuid.UUID]uuid.UUID
 	writes
 }
-
-// prepare is the service's Prepare: it reads the transaction's view,
-// registers its writer (flush) to run before the commit and hands the view
-// to the handlers (viewOf).
-var prepare = consumer.PrepareView(read, (*view).flush)
 
 // read resolves the Active leads of every (agent, investor) pair of msgs
 // with one statement and locks them FOR NO KEY UPDATE in id order (spec
@@ -75,7 +70,7 @@ func read(ctx context.Context, tx *ent.Tx, msgs []*consumer.Message) (*view, err
 		seen[pair{a, i}] = true
 		agents, investors = append(agents, a.String()), append(investors, i.String())
 	}
-	v := &view{leads: map[pair]*ent.Lead{}, inFeed: map[uuid.UUID]uuid.UUID{}, writes: newWrites(tx)}
+	v := &view{leads: map[pair]*ent.Lead{}, inFeed: map[uuid.UUID]uuid.UUID{}, writes: newWrites()}
 	if len(agents) == 0 {
 		return v, nil
 	}
@@ -114,7 +109,3 @@ func read(ctx context.Context, tx *ent.Tx, msgs []*consumer.Message) (*view, err
 	}
 	return v, nil
 }
-
-// viewOf is the view Prepare handed the handlers; without one the
-// handler ran without its Prepare (consumer.ViewOf).
-func viewOf(ctx context.Context) (*view, error) { return consumer.ViewOf[*view](ctx) }

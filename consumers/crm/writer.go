@@ -31,14 +31,13 @@ var testHookBeforeWrite func(ctx context.Context, leadID uuid.UUID)
 // writes are the appends a transaction's handlers queued on its view: the
 // feed rows, and what they do to each lead.
 type writes struct {
-	tx    *ent.Tx
-	rows  []*ent.LeadEventCreate
+	rows  []queuedEntry
 	bumps map[uuid.UUID]*bump // by lead
 	now   time.Time
 }
 
-func newWrites(tx *ent.Tx) writes {
-	return writes{tx: tx, bumps: map[uuid.UUID]*bump{}}
+func newWrites() writes {
+	return writes{bumps: map[uuid.UUID]*bump{}}
 }
 
 // bump is what the transaction does to one lead: n appends, the newest
@@ -54,7 +53,7 @@ type bump struct {
 }
 
 // append queues entry e of message m on lead l, the lead as the view holds
-// it (Active, locked since Prepare), and returns the new entry's id: the
+// it (Active, locked since Read), and returns the new entry's id: the
 // feed row, with the lead's tenant (CRM-4), and the lead's update are
 // written by flush. The caller has made sure the feed holds no entry of
 // the message (v.inFeed). notFound is the handler's report of a lead that
@@ -65,7 +64,7 @@ func (v *view) append(l *ent.Lead, e FeedEntry, now time.Time, m *consumer.Messa
 		return uuid.Nil, fmt.Errorf("marshal the feed payload: %w", err)
 	}
 	id := uuid.New()
-	v.rows = append(v.rows, newFeedRow(v.tx, l, e, id, payload, now))
+	v.rows = append(v.rows, queuedEntry{l, e, id, payload})
 	v.inFeed[e.SourceMessageID] = l.ID
 	bp := v.bumps[l.ID]
 	if bp == nil {
@@ -80,35 +79,48 @@ func (v *view) append(l *ent.Lead, e FeedEntry, now time.Time, m *consumer.Messa
 	return id, nil
 }
 
-// newFeedRow is the lead_events row of entry e on lead l: the entry's tenant
-// is the lead's.
-func newFeedRow(tx *ent.Tx, l *ent.Lead, e FeedEntry, id uuid.UUID, payload []byte, now time.Time) *ent.LeadEventCreate {
+// queuedEntry is a queued lead_events row: entry e, with the marshalled
+// payload, on lead l.
+type queuedEntry struct {
+	l       *ent.Lead
+	e       FeedEntry
+	id      uuid.UUID
+	payload []byte
+}
+
+// create is the INSERT of the row: the entry's tenant is the lead's.
+func (r queuedEntry) create(tx *ent.Tx, now time.Time) *ent.LeadEventCreate {
 	return tx.LeadEvent.Create().
-		SetID(id).
-		SetLeadID(l.ID).
-		SetTenantID(l.TenantID).
-		SetType(string(e.Type)).
-		SetOccurredAt(e.OccurredAt).
-		SetSourceMessageID(e.SourceMessageID).
-		SetPayload(payload).
+		SetID(r.id).
+		SetLeadID(r.l.ID).
+		SetTenantID(r.l.TenantID).
+		SetType(string(r.e.Type)).
+		SetOccurredAt(r.e.OccurredAt).
+		SetSourceMessageID(r.e.SourceMessageID).
+		SetPayload(r.payload).
 		SetCreatedAt(now)
 }
 
-// flush writes what the transaction queued (spec step 5): the leads first
+// write is the service's Write: it writes what the transaction queued (spec step 5): the leads first
 // (claimLeads), then the feed rows with one INSERT. The INSERT has no ON
 // CONFLICT: an entry of the same message that another processor wrote
-// since Prepare looked is a unique violation, a lost race, and the runtime
-// runs the transaction again, where Prepare finds the entry and the
+// since Read looked is a unique violation, a lost race, and the runtime
+// runs the transaction again, where Read finds the entry and the
 // message is skipped as a duplicate.
-func (w *writes) flush(ctx context.Context) error {
+func write(ctx context.Context, tx *ent.Tx, v *view) error {
+	w := &v.writes
 	if len(w.rows) == 0 {
 		return nil
 	}
-	if err := w.claimLeads(ctx); err != nil {
+	if err := w.claimLeads(ctx, tx); err != nil {
 		return err
 	}
-	for _, part := range consumer.Chunks(w.rows, 9) { // 9 columns a feed entry
-		if err := w.tx.LeadEvent.CreateBulk(part...).Exec(ctx); err != nil {
+	creates := make([]*ent.LeadEventCreate, len(w.rows))
+	for i, r := range w.rows {
+		creates[i] = r.create(tx, w.now)
+	}
+	for _, part := range consumer.Chunks(creates, 9) { // 9 columns a feed entry
+		if err := tx.LeadEvent.CreateBulk(part...).Exec(ctx); err != nil {
 			return fmt.Errorf("insert the transaction's %d feed entries: %w", len(w.rows), err)
 		}
 	}
@@ -119,12 +131,12 @@ func (w *writes) flush(ctx context.Context) error {
 // + the lead's appends, last_event_at = greatest(last_event_at, its newest
 // OccurredAt) so that it only moves forward (CRM-3), updated_at —
 // conditioned per lead on the row_version read and on status Active
-// (CRM-1, CRM-6). Prepare locked the leads, so the condition holds; a
+// (CRM-1, CRM-6). Read locked the leads, so the condition holds; a
 // lead it misses is re-read, as the spec says: gone →
 // CRM_SELECTION_LEAD_NOT_FOUND, no longer Active → CRM_LEAD_NOT_ACTIVE,
 // else CRM_CONCURRENT_UPDATE, the failure of the transaction's first
 // append to the lead.
-func (w *writes) claimLeads(ctx context.Context) error {
+func (w *writes) claimLeads(ctx context.Context, tx *ent.Tx) error {
 	ids := consumer.SortedIDs(w.bumps)
 	if testHookBeforeWrite != nil {
 		for _, id := range ids {
@@ -158,7 +170,7 @@ func (w *writes) claimLeads(ctx context.Context) error {
 		)).
 		Returning(lead.FieldID).
 		Query()
-	rows, err := w.tx.QueryContext(ctx, query, args...)
+	rows, err := tx.QueryContext(ctx, query, args...)
 	if err != nil {
 		return fmt.Errorf("update the transaction's %d leads: %w", len(ids), err)
 	}
@@ -176,7 +188,7 @@ func (w *writes) claimLeads(ctx context.Context) error {
 	}
 	for _, id := range ids {
 		if !updated[id] {
-			return w.missed(ctx, id)
+			return w.missed(ctx, tx, id)
 		}
 	}
 	return nil
@@ -185,9 +197,9 @@ func (w *writes) claimLeads(ctx context.Context) error {
 // missed is the failure of a lead the conditional update missed: re-read
 // (read committed: this sees the change), it tells a lead that left Active
 // or is gone from one that was only edited.
-func (w *writes) missed(ctx context.Context, id uuid.UUID) error {
+func (w *writes) missed(ctx context.Context, tx *ent.Tx, id uuid.UUID) error {
 	bp := w.bumps[id]
-	cur, err := w.tx.Lead.Query().Where(lead.ID(id)).Select(lead.FieldStatus, lead.FieldRowVersion).Only(ctx)
+	cur, err := tx.Lead.Query().Where(lead.ID(id)).Select(lead.FieldStatus, lead.FieldRowVersion).Only(ctx)
 	switch {
 	case ent.IsNotFound(err):
 		err = bp.notFound(CodeLeadNotFound.Errorf("lead %s disappeared between its read and the write", id))

@@ -13,7 +13,7 @@
 //     skipped as stale, so redeliveries, replays and out-of-order
 //     deliveries converge to the newest snapshot delivered, and a lost
 //     delta changes nothing.
-//   - The chat row is the optimistic lock: Prepare reads chats.row_version
+//   - The chat row is the optimistic lock: Read reads chats.row_version
 //     (view.go), the handler decides on what it read, and the
 //     transaction's writer (writer.go) first claims the chat with an
 //     update conditioned on it (which also moves it). A writer that lost

@@ -15,28 +15,24 @@ import (
 type handler struct{ m *metrics }
 
 // testHookBeforeWrite, when set, runs after the handler has decided on the
-// chat as Prepare read it and before the transaction's writer claims it:
+// chat as Read read it and before the transaction's writer claims it:
 // tests use it to play a concurrent writer. It is nil outside tests.
 var testHookBeforeWrite atomic.Pointer[func(ctx context.Context, chatID uuid.UUID)]
 
-// handle is the route's consumer.Handler (spec "Algorithm" steps 2–7): it
-// decides on the view Prepare read (view.go) and queues the writes, which
+// handle is the route's decision (spec "Algorithm" steps 2–7): it
+// decides on the view its Read read (view.go) and queues the writes, which
 // the transaction's writer makes before the commit (writer.go). The
 // runtime owns the transaction, the idempotency mark, the offset and what
 // a returned code means; the effects outside the transaction (metrics) are
 // registered with AfterCommit.
-func (h *handler) handle(ctx context.Context, _ *ent.Tx, m *consumer.Message) (consumer.Outcome, error) {
-	v, err := viewOf(ctx)
-	if err != nil {
-		return "", err
-	}
+func (h *handler) handle(ctx context.Context, v *view, m *consumer.Message) (consumer.Outcome, error) {
 	log := zerolog.Ctx(ctx)
 	s, err := decode(m)
 	if err != nil {
 		log.Warn().Err(err).Str("code", CodeInvalid.Name).Msg("failed")
 		return "", err
 	}
-	consumer.LogFields(ctx, func(e *zerolog.Event) {
+	m.LogFields(func(e *zerolog.Event) {
 		e.Str("LeadId", s.LeadID.String()).Int64("Version", s.Version)
 	})
 	log.Debug().Str("LeadId", s.LeadID.String()).Int64("Version", s.Version).
@@ -50,20 +46,20 @@ func (h *handler) handle(ctx context.Context, _ *ent.Tx, m *consumer.Message) (c
 			Msg("unknown ChangeType: no-op of the delta, membership follows ActiveParticipants")
 	}
 
-	// Step 3: the chat and its members, as Prepare read them.
+	// Step 3: the chat and its members, as Read read them.
 	c := v.chats[s.LeadID]
 	if c == nil {
 		log.Info().Str("LeadId", s.LeadID.String()).Int64("Version", s.Version).
 			Str("code", CodeChatNotProvisioned.Name).Msg("retry-not-provisioned")
 		return "", CodeChatNotProvisioned.Errorf("lead %s has no chat yet", s.LeadID)
 	}
-	consumer.LogFields(ctx, func(e *zerolog.Event) { e.Str("ChatId", c.ID.String()) })
+	m.LogFields(func(e *zerolog.Event) { e.Str("ChatId", c.ID.String()) })
 
 	// Step 4: version guard.
 	if c.LeadMemberVersion != nil && s.Version <= *c.LeadMemberVersion {
 		applied := *c.LeadMemberVersion
-		consumer.LogFields(ctx, func(e *zerolog.Event) { e.Int64("appliedVersion", applied) })
-		consumer.AfterCommit(ctx, h.m.stale.Inc)
+		m.LogFields(func(e *zerolog.Event) { e.Int64("appliedVersion", applied) })
+		m.AfterCommit(h.m.stale.Inc)
 		return SkippedStale, nil
 	}
 
@@ -85,7 +81,7 @@ func (h *handler) handle(ctx context.Context, _ *ent.Tx, m *consumer.Message) (c
 	}
 
 	// Steps 6–7, queued. The claim of the chat is the writer's first
-	// statement: an update conditioned on the row_version Prepare read. A
+	// statement: an update conditioned on the row_version Read read. A
 	// concurrent writer either committed since (the condition fails) or
 	// holds the row (the claim waits for it, then the condition fails).
 	// Either way the chat's first message of the transaction fails with
@@ -98,17 +94,17 @@ func (h *handler) handle(ctx context.Context, _ *ent.Tx, m *consumer.Message) (c
 	if !d.empty() {
 		v.apply(c.ID, m.MessageID, s, d, byUser)
 	}
-	return h.synced(ctx, d), nil
+	return h.synced(m, d), nil
 }
 
 // synced records a synced message's counts: on its outcome line, and in
 // the metrics once committed.
-func (h *handler) synced(ctx context.Context, d diff) consumer.Outcome {
+func (h *handler) synced(m *consumer.Message, d diff) consumer.Outcome {
 	added, removed, roles := len(d.Add), len(d.Remove), len(d.Roles)
-	consumer.LogFields(ctx, func(e *zerolog.Event) {
+	m.LogFields(func(e *zerolog.Event) {
 		e.Int("added", added).Int("removed", removed).Int("roleChanged", roles)
 	})
-	consumer.AfterCommit(ctx, func() {
+	m.AfterCommit(func() {
 		h.m.added.Add(float64(added))
 		h.m.removed.Add(float64(removed))
 	})

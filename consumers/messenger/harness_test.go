@@ -335,19 +335,18 @@ func applyDirect(ctx context.Context, client *ent.Client, h *handler, x ev) (con
 }
 
 // handleInTx runs m in tx the way the runtime runs a transaction of one
-// message, the mark aside: Prepare's read, the handler on its view, then
-// the writer. It neither commits nor rolls back.
+// message, the mark aside: the service's read, the route on its view, then
+// its write. It neither commits nor rolls back.
 func handleInTx(ctx context.Context, tx *ent.Tx, h *handler, m *consumer.Message) (consumer.Outcome, error) {
 	v, err := read(ctx, tx, []*consumer.Message{m})
 	if err != nil {
 		return "", err
 	}
-	ctx = consumer.WithView(ctx, v)
-	out, err := h.handle(ctx, tx, m)
+	out, err := h.handle(ctx, v, m)
 	if err != nil {
 		return "", err
 	}
-	return out, v.flush(ctx)
+	return out, write(ctx, tx, v)
 }
 
 // tenant is the TenantId of every test event (the consumer ignores it).

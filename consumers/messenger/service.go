@@ -61,11 +61,12 @@ func New(reg prometheus.Registerer) consumer.Service {
 		InvalidCode:     CodeInvalid,
 		Codes:           []consumer.Code{CodeInvalid, CodeChatNotProvisioned, CodeConcurrentUpdate},
 		Outcomes:        []consumer.Outcome{Synced, SkippedStale},
-		Routes: []consumer.Route{
-			{EventType: EventType, KeyPrefix: KeyPrefix, Handle: h.handle},
+		Handlers: consumer.Batched[*view]{
+			Read:   read,
+			Routes: []consumer.Route[*view]{{EventType: EventType, KeyPrefix: KeyPrefix, Decide: h.handle}},
+			Write:  write,
 		},
 		RetryNow: 3,
-		Prepare:  prepare,
 		Describe: describe,
 		// Not blocking: each payload is a self-sufficient snapshot guarded
 		// by Version, so a message waiting for its chat may be applied out

@@ -11,7 +11,7 @@ import (
 	"github.com/pin-platform/pin/ent/chatparticipant"
 )
 
-// view is what Prepare read for a transaction — the chats of its messages'
+// view is what its Read read for a transaction — the chats of its messages'
 // leads and all their member rows — with the writes its handlers queued
 // (writer.go). The queued writes keep the chats and the member rows in
 // step, so a lead met twice in one transaction sees the first event's
@@ -22,14 +22,9 @@ type view struct {
 	writes
 }
 
-// prepare is the service's Prepare: it reads the transaction's view,
-// registers its writer (flush) to run before the commit and hands the view
-// to the handlers (viewOf).
-var prepare = consumer.PrepareView(read, (*view).flush)
-
 // read reads the chats of every lead of msgs, and all their member rows,
 // with two statements. Nothing is locked here: the chats are claimed at
-// the end (flush), conditioned on the row_version read — the spec's
+// the end (write), conditioned on the row_version read — the spec's
 // optimistic concurrency. Messages whose payload does not decode, or has
 // no LeadId, are left to their handlers (read decodes the handler's type,
 // which the handler then reuses: it reports the same error); with none
@@ -48,7 +43,7 @@ func read(ctx context.Context, tx *ent.Tx, msgs []*consumer.Message) (*view, err
 	v := &view{
 		chats:   map[uuid.UUID]*ent.Chat{},
 		members: map[uuid.UUID][]*ent.ChatParticipant{},
-		writes:  newWrites(tx),
+		writes:  newWrites(),
 	}
 	if len(leads) == 0 {
 		return v, nil
@@ -77,7 +72,3 @@ func read(ctx context.Context, tx *ent.Tx, msgs []*consumer.Message) (*view, err
 	}
 	return v, nil
 }
-
-// viewOf is the view Prepare handed the handlers; without one the
-// handler ran without its Prepare (consumer.ViewOf).
-func viewOf(ctx context.Context) (*view, error) { return consumer.ViewOf[*view](ctx) }

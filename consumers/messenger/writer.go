@@ -20,21 +20,19 @@ import (
 )
 
 // writes are the writes a transaction's handlers queued on its view, after
-// claiming a chat; flush makes them, a statement per kind.
+// claiming a chat; write makes them, a statement per kind.
 type writes struct {
-	tx         *ent.Tx
 	claims     map[uuid.UUID]*claim               // the chats the transaction writes, by id
 	inserts    map[uuid.UUID]*ent.ChatParticipant // new member rows, by id
 	updates    map[uuid.UUID]*ent.ChatParticipant // changed member rows, by id
-	events     []*ent.ChatEventCreate
-	pushes     []*ent.ChatPushCreate
+	events     []queuedFact
+	pushes     []queuedPush
 	lastPushAt time.Time // created_at of the last queued push
 	notify     []string  // chat_updates ids, in order
 }
 
-func newWrites(tx *ent.Tx) writes {
+func newWrites() writes {
 	return writes{
-		tx:      tx,
 		claims:  map[uuid.UUID]*claim{},
 		inserts: map[uuid.UUID]*ent.ChatParticipant{},
 		updates: map[uuid.UUID]*ent.ChatParticipant{},
@@ -58,7 +56,7 @@ type claim struct {
 
 // claim queues the chat's update for snapshot s of message m (ctx is the
 // handler's): the chat moves in the view (row_version + 1,
-// lead_member_version), flush writes it, conditioned on the row_version
+// lead_member_version), write writes it, conditioned on the row_version
 // read.
 func (v *view) claim(ctx context.Context, c *ent.Chat, s snapshot, m *consumer.Message) {
 	cl := v.claims[c.ID]
@@ -110,7 +108,7 @@ func (v *view) apply(chatID, messageID uuid.UUID, s snapshot, d diff, byUser map
 		changed(r)
 	}
 	for _, f := range d.facts() { // one fact per change (MSG-6)
-		v.events = append(v.events, factRow(v.tx, chatID, messageID, s, f))
+		v.events = append(v.events, queuedFact{chatID, messageID, s.ChangedAt, f})
 	}
 	id := uuid.New()
 	// created_at orders a chat's updates for the pusher: strictly
@@ -122,42 +120,53 @@ func (v *view) apply(chatID, messageID uuid.UUID, s snapshot, d diff, byUser map
 		at = v.lastPushAt.Add(time.Microsecond)
 	}
 	v.lastPushAt = at
-	v.pushes = append(v.pushes, pushRow(v.tx, chatID, s, d).SetID(id).SetCreatedAt(at))
+	v.pushes = append(v.pushes, queuedPush{id, chatID, at, userIDs(s.Target), userIDs(d.Remove)})
 	v.notify = append(v.notify, id.String())
 }
 
-// pushRow is the chat_updates row of the diff d, applied for snapshot s:
-// the active members receive the update, the removed ones lose their
-// subscription.
-func pushRow(tx *ent.Tx, chatID uuid.UUID, s snapshot, d diff) *ent.ChatPushCreate {
-	return tx.ChatPush.Create().
-		SetChatID(chatID).
-		SetRecipientUserIds(uuidarray.UUIDs(userIDs(s.Target))).
-		SetRevokedUserIds(uuidarray.UUIDs(userIDs(d.Remove)))
+// queuedPush is the chat_updates row of a diff: the active members
+// receive the update, the removed ones lose their subscription.
+type queuedPush struct {
+	id, chatID          uuid.UUID
+	at                  time.Time
+	recipients, revoked []uuid.UUID
 }
 
-// factRow is the chat_events row of fact f of the snapshot s (message
-// messageID) in chat chatID.
-func factRow(tx *ent.Tx, chatID, messageID uuid.UUID, s snapshot, f fact) *ent.ChatEventCreate {
+func (p queuedPush) create(tx *ent.Tx) *ent.ChatPushCreate {
+	return tx.ChatPush.Create().SetID(p.id).SetCreatedAt(p.at).SetChatID(p.chatID).
+		SetRecipientUserIds(uuidarray.UUIDs(p.recipients)).
+		SetRevokedUserIds(uuidarray.UUIDs(p.revoked))
+}
+
+// queuedFact is the chat_events row of fact f, of message messageID in
+// chat chatID, that happened at (the snapshot's ChangedAt).
+type queuedFact struct {
+	chatID, messageID uuid.UUID
+	at                time.Time
+	f                 fact
+}
+
+func (q queuedFact) create(tx *ent.Tx) *ent.ChatEventCreate {
 	return tx.ChatEvent.Create().
-		SetChatID(chatID).
-		SetType(f.Type).
-		SetUserID(f.UserID).
-		SetRole(f.Role).
-		SetNillablePreviousRole(f.PreviousRole).
-		SetOccurredAt(s.ChangedAt).
-		SetSourceMessageID(messageID)
+		SetChatID(q.chatID).
+		SetType(q.f.Type).
+		SetUserID(q.f.UserID).
+		SetRole(q.f.Role).
+		SetNillablePreviousRole(q.f.PreviousRole).
+		SetOccurredAt(q.at).
+		SetSourceMessageID(q.messageID)
 }
 
-// flush writes what the transaction queued, a statement per kind: it
+// write is the service's Write: it writes what the transaction queued, a statement per kind: it
 // claims the chats (claimChats, one conditional UPDATE), then writes the
 // new and changed member rows (one upsert), the feed facts, the
 // chat_updates rows, and one pg_notify per row (one SELECT). With the
 // chats claimed nobody else writes their members meanwhile; any other
 // surprise fails the transaction, whose messages the runtime then runs
 // again in smaller transactions.
-func (w *writes) flush(ctx context.Context) error {
-	if err := w.claimChats(ctx); err != nil {
+func write(ctx context.Context, tx *ent.Tx, v *view) error {
+	w := &v.writes
+	if err := w.claimChats(ctx, tx); err != nil {
 		return err
 	}
 	if len(w.inserts)+len(w.updates) > 0 {
@@ -175,12 +184,12 @@ func (w *writes) flush(ctx context.Context) error {
 		creates := make([]*ent.ChatParticipantCreate, len(ids))
 		for i, id := range ids {
 			r := rows[id]
-			creates[i] = w.tx.ChatParticipant.Create().
+			creates[i] = tx.ChatParticipant.Create().
 				SetID(r.ID).SetChatID(r.ChatID).SetUserID(r.UserID).SetRole(r.Role).
 				SetJoinedAt(r.JoinedAt).SetNillableRemovedAt(r.RemovedAt)
 		}
 		for _, part := range consumer.Chunks(creates, memberParams) {
-			if err := w.tx.ChatParticipant.CreateBulk(part...).
+			if err := tx.ChatParticipant.CreateBulk(part...).
 				OnConflictColumns(chatparticipant.FieldID).
 				Update(func(u *ent.ChatParticipantUpsert) { u.UpdateRole().UpdateJoinedAt().UpdateRemovedAt() }).
 				Exec(ctx); err != nil {
@@ -188,14 +197,22 @@ func (w *writes) flush(ctx context.Context) error {
 			}
 		}
 	}
-	for _, part := range consumer.Chunks(w.events, factParams) {
-		if err := w.tx.ChatEvent.CreateBulk(part...).Exec(ctx); err != nil {
+	events := make([]*ent.ChatEventCreate, len(w.events))
+	for i, q := range w.events {
+		events[i] = q.create(tx)
+	}
+	for _, part := range consumer.Chunks(events, factParams) {
+		if err := tx.ChatEvent.CreateBulk(part...).Exec(ctx); err != nil {
 			return fmt.Errorf("write the transaction's %d feed facts: %w", len(w.events), err)
 		}
 	}
 	if len(w.pushes) > 0 {
-		for _, part := range consumer.Chunks(w.pushes, pushParams) {
-			if err := w.tx.ChatPush.CreateBulk(part...).Exec(ctx); err != nil {
+		pushes := make([]*ent.ChatPushCreate, len(w.pushes))
+		for i, p := range w.pushes {
+			pushes[i] = p.create(tx)
+		}
+		for _, part := range consumer.Chunks(pushes, pushParams) {
+			if err := tx.ChatPush.CreateBulk(part...).Exec(ctx); err != nil {
 				return fmt.Errorf("write the transaction's %d chat_updates rows: %w", len(w.pushes), err)
 			}
 		}
@@ -207,7 +224,7 @@ func (w *writes) flush(ctx context.Context) error {
 		// parked messages) rolls back: listeners are never told about a
 		// change that is not in the database, and the row stays for a
 		// pusher that was not listening (pushed_at IS NULL).
-		if _, err := w.tx.ExecContext(ctx, `SELECT pg_notify('chat_updates', id) FROM unnest($1::text[]) WITH ORDINALITY AS u(id, n) ORDER BY n`,
+		if _, err := tx.ExecContext(ctx, `SELECT pg_notify('chat_updates', id) FROM unnest($1::text[]) WITH ORDINALITY AS u(id, n) ORDER BY n`,
 			pq.Array(w.notify)); err != nil {
 			return fmt.Errorf("notify chat_updates: %w", err)
 		}
@@ -217,7 +234,7 @@ func (w *writes) flush(ctx context.Context) error {
 
 // claimChats writes every chat of the transaction with one conditional
 // UPDATE: row_version moves by the chat's events and lead_member_version
-// becomes the last one's — where row_version is still the one Prepare
+// becomes the last one's — where row_version is still the one Read
 // read. A chat that someone else changed since (committed, or committing
 // while this statement waits for its row) is not updated and not
 // returned: that is the spec's concurrent edit, MSG_CONCURRENT_UPDATE of
@@ -228,7 +245,7 @@ func (w *writes) flush(ctx context.Context) error {
 // order its plan reads them. A chat's events share a partition (the key is
 // the LeadId), but an old owner still draining and the new one may
 // overlap.
-func (w *writes) claimChats(ctx context.Context) error {
+func (w *writes) claimChats(ctx context.Context, tx *ent.Tx) error {
 	if len(w.claims) == 0 {
 		return nil
 	}
@@ -254,7 +271,7 @@ func (w *writes) claimChats(ctx context.Context) error {
 		)).
 		Returning(chat.FieldID).
 		Query()
-	rows, err := w.tx.QueryContext(ctx, query, args...)
+	rows, err := tx.QueryContext(ctx, query, args...)
 	if err != nil {
 		return fmt.Errorf("update the transaction's %d chats: %w", len(ids), err)
 	}

@@ -78,7 +78,7 @@ func TestEveryCodeOfTheSpecIsExportedAtZeroFromTheStart(t *testing.T) {
 					}
 				}
 			}
-			for _, r := range svc.Routes {
+			for _, r := range svc.Routes() {
 				series := fmt.Sprintf(`pin_consumer_messages_total{event_type="%s",outcome="dead-lettered",service="%s"} 0`, r.EventType, s.name)
 				if !hasLine(body, series) {
 					t.Errorf("/metrics lacks %s", series)

@@ -14,7 +14,7 @@
 //   - decide.go: Decide, the pure transition function (row × event →
 //     action): the version guard BND-1, terminality BND-4, orphans,
 //     the ReferredUserId check;
-//   - view.go: Prepare, which reads and locks (FOR UPDATE, in id order,
+//   - view.go: Read, which reads and locks (FOR UPDATE, in id order,
 //     one statement) the rows of a transaction's bonds and the Active
 //     bonds of their referred users: the view the handlers decide on;
 //   - handler.go: the two handlers, which Decide on the bond's row in the

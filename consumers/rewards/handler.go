@@ -17,12 +17,8 @@ import (
 type handler struct{ m *metrics }
 
 // bondCreated applies a pin.referral.bond-created: it decides on the
-// bond's row in the view Prepare read and queues the write.
-func (h *handler) bondCreated(ctx context.Context, _ *ent.Tx, m *consumer.Message) (consumer.Outcome, error) {
-	v, err := viewOf(ctx)
-	if err != nil {
-		return "", err
-	}
+// bond's row in the view read read and queues the write.
+func (h *handler) bondCreated(ctx context.Context, v *view, m *consumer.Message) (consumer.Outcome, error) {
 	p, err := decodeCreated(m)
 	if err != nil {
 		return "", err
@@ -32,7 +28,7 @@ func (h *handler) bondCreated(ctx context.Context, _ *ent.Tx, m *consumer.Messag
 		return "", err
 	}
 	lf := &bondLog{bondID: p.BondID, referredUserID: p.ReferredUserID, version: p.Version}
-	consumer.LogFields(ctx, lf.fields)
+	m.LogFields(lf.fields)
 	log := zerolog.Ctx(ctx) // the runtime logged "consumed"; the outcome line gets lf
 
 	row, err := v.row(p.BondID)
@@ -45,7 +41,7 @@ func (h *handler) bondCreated(ctx context.Context, _ *ent.Tx, m *consumer.Messag
 	case ActionInsert:
 		// The single-active rule (BND-3), as the partial unique index
 		// would hold it, against the view: the referred user's Active
-		// bonds as Prepare locked them, with the transaction's writes.
+		// bonds as Read locked them, with the transaction's writes.
 		if holder := v.activeOf(p.ReferredUserID); holder != nil {
 			return "", activeConflict(p, holder)
 		}
@@ -57,13 +53,13 @@ func (h *handler) bondCreated(ctx context.Context, _ *ent.Tx, m *consumer.Messag
 		v.queueUpdate(row)
 		lf.setApplied(Status(row.Status))
 		if diffs := immutableDiffs(row, p); len(diffs) > 0 {
-			consumer.AfterCommit(ctx, func() {
+			m.AfterCommit(func() {
 				log.Warn().Func(lf.fields).Strs("differs", diffs).Msg("immutable-field-differs")
 			})
 		}
 		return OutcomeUpdated, nil
 	case ActionSkipStale:
-		h.skippedStale(ctx, ev.Type)
+		h.skippedStale(m, ev.Type)
 		return consumer.SkippedStale, nil
 	case ActionInvalidTerminal:
 		return "", CodeInvalid.Errorf("bond-created for BondId %s (Version %d) on a row in status %s (replica_version %d): a closed bond never returns to Active (BND-4)",
@@ -74,12 +70,8 @@ func (h *handler) bondCreated(ctx context.Context, _ *ent.Tx, m *consumer.Messag
 }
 
 // bondClosed applies a pin.referral.bond-closed: it decides on the bond's
-// row in the view Prepare read and queues the write.
-func (h *handler) bondClosed(ctx context.Context, _ *ent.Tx, m *consumer.Message) (consumer.Outcome, error) {
-	v, err := viewOf(ctx)
-	if err != nil {
-		return "", err
-	}
+// row in the view read read and queues the write.
+func (h *handler) bondClosed(ctx context.Context, v *view, m *consumer.Message) (consumer.Outcome, error) {
 	p, err := decodeClosed(m)
 	if err != nil {
 		return "", err
@@ -90,7 +82,7 @@ func (h *handler) bondClosed(ctx context.Context, _ *ent.Tx, m *consumer.Message
 	}
 	lf := &bondLog{bondID: p.BondID, referredUserID: p.ReferredUserID, version: p.Version,
 		eventStatus: string(p.Status), replacedBy: p.ReplacedByBondID}
-	consumer.LogFields(ctx, lf.fields)
+	m.LogFields(lf.fields)
 	log := zerolog.Ctx(ctx) // the runtime logged "consumed"; the outcome line gets lf
 
 	row, err := v.row(p.BondID)
@@ -105,14 +97,14 @@ func (h *handler) bondClosed(ctx context.Context, _ *ent.Tx, m *consumer.Message
 		v.queueUpdate(row)
 		lf.setApplied(p.Status)
 		if !p.StatusKnown {
-			consumer.AfterCommit(ctx, func() {
+			m.AfterCommit(func() {
 				h.m.unknownStatus.Inc()
 				log.Warn().Func(lf.fields).Msg("unknown-bond-status")
 			})
 		}
 		return OutcomeClosed, nil
 	case ActionSkipStale:
-		h.skippedStale(ctx, ev.Type)
+		h.skippedStale(m, ev.Type)
 		return consumer.SkippedStale, nil
 	case ActionSkipAlreadyClosed:
 		return OutcomeSkippedAlreadyClosed, nil
@@ -127,8 +119,8 @@ func (h *handler) bondClosed(ctx context.Context, _ *ent.Tx, m *consumer.Message
 	}
 }
 
-func (h *handler) skippedStale(ctx context.Context, t EventType) {
-	consumer.AfterCommit(ctx, func() { h.m.stale.WithLabelValues(t.String()).Inc() })
+func (h *handler) skippedStale(m *consumer.Message, t EventType) {
+	m.AfterCommit(func() { h.m.stale.WithLabelValues(t.String()).Inc() })
 }
 
 // newRow is the Active row a bond-created inserts.

@@ -126,7 +126,7 @@ func TestViolationsAreDeadLetteredWithTheirCode(t *testing.T) {
 	e.checkNoSecrets()
 }
 
-// The single-active conflict is detected on the view Prepare read, before
+// The single-active conflict is detected on the view its Read read, before
 // any statement: the handler's refusal leaves the transaction, and the
 // view, as they were, and the messages after it decide on them.
 func TestActiveConflictLeavesTransactionUsable(t *testing.T) {
@@ -146,26 +146,26 @@ func TestActiveConflictLeavesTransactionUsable(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer func() { _ = tx.Rollback() }()
-	ctx, v, err := prepared(ctx, tx, msgs...)
+	v, err := read(ctx, tx, msgs)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if out, err := h.bondCreated(ctx, tx, msgs[0]); err != nil || out != OutcomeCreated {
+	if out, err := h.bondCreated(ctx, v, msgs[0]); err != nil || out != OutcomeCreated {
 		t.Fatalf("first created: %q, %v", out, err)
 	}
-	_, err = h.bondCreated(ctx, tx, msgs[1])
+	_, err = h.bondCreated(ctx, v, msgs[1])
 	if code, ok := consumer.CodeOf(err); !ok || code.Name != CodeActiveConflict.Name {
 		t.Fatalf("second Active bond: %v, want %s", err, CodeActiveConflict.Name)
 	}
 	// The transaction still works: the old bond's closed and the new bond's
 	// created apply in it.
-	if out, err := h.bondClosed(ctx, tx, msgs[2]); err != nil || out != OutcomeClosed {
+	if out, err := h.bondClosed(ctx, v, msgs[2]); err != nil || out != OutcomeClosed {
 		t.Fatalf("closed after the conflict: %q, %v", out, err)
 	}
-	if out, err := h.bondCreated(ctx, tx, msgs[3]); err != nil || out != OutcomeCreated {
+	if out, err := h.bondCreated(ctx, v, msgs[3]); err != nil || out != OutcomeCreated {
 		t.Fatalf("created after the close: %q, %v", out, err)
 	}
-	if err := v.flush(ctx); err != nil {
+	if err := write(ctx, tx, v); err != nil {
 		t.Fatalf("the writer: %v", err)
 	}
 	if err := tx.Commit(); err != nil {
@@ -181,7 +181,7 @@ func TestActiveConflictLeavesTransactionUsable(t *testing.T) {
 // Two processors of the same bond-created (a rebalance overlap): the second
 // does not see the first's uncommitted row, its insert waits for the first
 // transaction and then fails on the primary key — a lost race, which the
-// runtime runs again at once. Prepare then reads the now-visible row and the
+// runtime runs again at once. Read then reads the now-visible row and the
 // handler decides on it (skipped-stale) instead of reporting a conflict.
 func TestConcurrentCreateOfSameBondIsDecidedAgain(t *testing.T) {
 	t.Parallel()

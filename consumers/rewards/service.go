@@ -70,12 +70,15 @@ func New(reg prometheus.Registerer) consumer.Service {
 		Codes:           []consumer.Code{CodeInvalid, CodeActiveConflict, CodeOrphanClosed},
 		Outcomes: []consumer.Outcome{OutcomeCreated, OutcomeUpdated, OutcomeClosed, OutcomeSkippedAlreadyClosed,
 			consumer.SkippedStale},
-		Routes: []consumer.Route{
-			{EventType: EventTypeBondCreated, KeyPrefix: KeyPrefixBondCreated, Handle: h.bondCreated},
-			{EventType: EventTypeBondClosed, KeyPrefix: KeyPrefixBondClosed, Handle: h.bondClosed},
+		Handlers: consumer.Batched[*view]{
+			Read: read,
+			Routes: []consumer.Route[*view]{
+				{EventType: EventTypeBondCreated, KeyPrefix: KeyPrefixBondCreated, Decide: h.bondCreated},
+				{EventType: EventTypeBondClosed, KeyPrefix: KeyPrefixBondClosed, Decide: h.bondClosed},
+			},
+			Write: write,
 		},
 		RetryNow: 3,
-		Prepare:  prepare,
 		Describe: describe,
 		// Per-key order matters (closed before created on a rebind): no
 		// message may overtake another of its partition.

@@ -11,7 +11,7 @@ import (
 	"github.com/pin-platform/pin/ent/referralbondreplica"
 )
 
-// view is what Prepare read, and locked, for a transaction: the replica
+// view is what read read, and locked, for a transaction: the replica
 // rows of its messages' bonds and the Active bonds of their referred
 // users, and the bonds known to have no row; with the writes its handlers
 // queued (writer.go), which keep it in step, so a bond met twice in one
@@ -21,11 +21,6 @@ type view struct {
 	absent map[uuid.UUID]bool
 	writes
 }
-
-// prepare is the service's Prepare: it reads the transaction's view,
-// registers its writer (flush) to run before the commit and hands the view
-// to the handlers (viewOf).
-var prepare = consumer.PrepareView(read, (*view).flush)
 
 // read reads and locks, in id order and with one statement, the rows of
 // every bond of msgs, and the Active bonds of their referred users: a
@@ -60,7 +55,7 @@ func read(ctx context.Context, tx *ent.Tx, msgs []*consumer.Message) (*view, err
 			}
 		}
 	}
-	v := &view{byID: map[uuid.UUID]*ent.ReferralBondReplica{}, absent: seen, writes: newWrites(tx)}
+	v := &view{byID: map[uuid.UUID]*ent.ReferralBondReplica{}, absent: seen, writes: newWrites()}
 	if len(ids) == 0 {
 		return v, nil
 	}
@@ -85,12 +80,8 @@ func read(ctx context.Context, tx *ent.Tx, msgs []*consumer.Message) (*view, err
 	return v, nil
 }
 
-// viewOf is the view Prepare handed the handlers; without one the
-// handler ran without its Prepare (consumer.ViewOf).
-func viewOf(ctx context.Context) (*view, error) { return consumer.ViewOf[*view](ctx) }
-
 // row is the bond's row in the view, nil when it has none. A bond that
-// Prepare did not read is a programming error.
+// its Read did not read is a programming error.
 func (v *view) row(id uuid.UUID) (*ent.ReferralBondReplica, error) {
 	if r, ok := v.byID[id]; ok {
 		return r, nil

@@ -15,16 +15,15 @@ import (
 // writes are the writes a transaction's handlers queued on its view: the
 // rows (the view's, in their final state) to insert and to update.
 type writes struct {
-	tx      *ent.Tx
 	inserts map[uuid.UUID]bool
 	updates map[uuid.UUID]bool
 }
 
-func newWrites(tx *ent.Tx) writes {
-	return writes{tx: tx, inserts: map[uuid.UUID]bool{}, updates: map[uuid.UUID]bool{}}
+func newWrites() writes {
+	return writes{inserts: map[uuid.UUID]bool{}, updates: map[uuid.UUID]bool{}}
 }
 
-// queueInsert queues a new row; flush inserts it as it is by then.
+// queueInsert queues a new row; write inserts it as it is by then.
 func (v *view) queueInsert(r *ent.ReferralBondReplica) {
 	delete(v.absent, r.ID)
 	v.byID[r.ID] = r
@@ -42,22 +41,22 @@ func (v *view) queueUpdate(r *ent.ReferralBondReplica) {
 	}
 }
 
-// flush writes the transaction's rows: first the updates, with one UPDATE
+// write is the service's Write: it writes the transaction's rows: first the updates, with one UPDATE
 // (they close bonds or move the version of Active ones, so they can only
 // make room under the single-active index), then the inserts with one
-// INSERT. The rows are locked since Prepare, so every update lands. The
+// INSERT. The rows are locked since Read, so every update lands. The
 // inserts have no ON CONFLICT: a bond, or an Active bond of a referred
-// user (BND-3), that another processor wrote since Prepare read is a
+// user (BND-3), that another processor wrote since its Read is a
 // unique violation, a lost race, and the runtime runs the transaction
-// again: Prepare then reads that row, and the handler decides on it
+// again: Read then reads that row, and the handler decides on it
 // (skipped-stale, REWARDS_BOND_REPLICA_ACTIVE_CONFLICT).
-func (v *view) flush(ctx context.Context) error {
+func write(ctx context.Context, tx *ent.Tx, v *view) error {
 	if len(v.updates) > 0 {
 		ids := consumer.SortedIDs(v.updates)
 		caseOf := func(cast string, value func(*ent.ReferralBondReplica) any) sql.Querier {
 			return consumer.CaseOf(referralbondreplica.FieldID, ids, v.byID, cast, value)
 		}
-		n, err := v.tx.ReferralBondReplica.Update().
+		n, err := tx.ReferralBondReplica.Update().
 			Where(referralbondreplica.IDIn(ids...)).
 			Modify(func(u *sql.UpdateBuilder) {
 				u.Set(referralbondreplica.FieldStatus, caseOf("varchar", func(r *ent.ReferralBondReplica) any { return r.Status }))
@@ -76,10 +75,10 @@ func (v *view) flush(ctx context.Context) error {
 		ids := consumer.SortedIDs(v.inserts)
 		creates := make([]*ent.ReferralBondReplicaCreate, len(ids))
 		for i, id := range ids {
-			creates[i] = createRow(v.tx, v.byID[id])
+			creates[i] = createRow(tx, v.byID[id])
 		}
 		for _, part := range consumer.Chunks(creates, 8) { // 8 columns a bond
-			if err := v.tx.ReferralBondReplica.CreateBulk(part...).Exec(ctx); err != nil {
+			if err := tx.ReferralBondReplica.CreateBulk(part...).Exec(ctx); err != nil {
 				return fmt.Errorf("insert the transaction's %d bonds: %w", len(ids), err)
 			}
 		}

@@ -61,7 +61,7 @@ type Env struct {
 	Topic, DLQTopic, Group string
 
 	build      func(prometheus.Registerer) consumer.Service
-	routes     []consumer.Route
+	routes     []consumer.RouteInfo
 	partitions int
 	produced   map[int32]int64 // partition → offset after the last message Produce wrote
 }
@@ -73,7 +73,7 @@ func New(t *testing.T, build func(prometheus.Registerer) consumer.Service, parti
 	t.Helper()
 	svc := build(prometheus.NewRegistry())
 	e := &Env{T: t, Logs: &Logs{}, Topic: svc.Topic, DLQTopic: svc.DLQTopic, Group: svc.Group,
-		build: build, routes: svc.Routes, partitions: partitions, produced: map[int32]int64{}}
+		build: build, routes: svc.Routes(), partitions: partitions, produced: map[int32]int64{}}
 	e.Cluster = kafkatest.NewCluster(t, map[string]int{svc.Topic: partitions, svc.DLQTopic: partitions})
 	e.Client, e.DB, e.URL = pgtest.NewClient(t)
 	return e
@@ -88,7 +88,7 @@ func (e *Env) Start(o consumertest.Options) *consumertest.Running {
 }
 
 // StartService is Start of the service build makes: the service changed
-// for a test (another group, no Prepare, its own publisher).
+// for a test (another group, no Read, its own publisher).
 func (e *Env) StartService(build func(prometheus.Registerer) consumer.Service, o consumertest.Options) *consumertest.Running {
 	e.T.Helper()
 	if o.Logger == nil {

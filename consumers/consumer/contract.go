@@ -1,0 +1,222 @@
+package consumer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/rs/zerolog"
+
+	"github.com/pin-platform/pin/ent"
+)
+
+// A service's contract with the runtime, in Go types: what it reads for a
+// transaction of messages (a view, V), how each event type decides on that
+// view, and how the decisions are written.
+//
+//	Batched[*view]{
+//		Read:   read,                         // reads (and locks) the rows the messages touch
+//		Routes: []Route[*view]{{EventType: …, KeyPrefix: …, Decide: h.handle}},
+//		Write:  (*view).flush,                // writes what the routes queued on the view
+//	}
+//
+// A route is given the view its transaction read and nothing else of the
+// database: it cannot run without its view, and it has no transaction to
+// write through behind the writer's back.
+
+// Handlers is what a Service does with its messages: a Batched. Its
+// methods are the runtime's.
+type Handlers interface {
+	check() error
+	routes() []RouteInfo
+	open(ctx context.Context, tx *ent.Tx, msgs []*Message) (opened, error)
+}
+
+// Batched is a service's contract: one Read per transaction, one Decide
+// per message, one Write per transaction.
+type Batched[V any] struct {
+	// Read reads, and where needed locks in key order, what the
+	// transaction's messages touch, one statement per table, and returns
+	// the view the routes decide on. msgs are the messages about to be
+	// decided, in offset order, a MessageId met twice once; a redelivered
+	// message may be among them (the marks go in last: its route decides
+	// on the state it left, and the transaction runs again without it).
+	// Read skips the messages it cannot read: their routes report them.
+	// Its error fails the transaction; one made with FailMessage is that
+	// message's failure.
+	Read func(ctx context.Context, tx *ent.Tx, msgs []*Message) (V, error)
+	// Routes map each event type to its decision; a message of another
+	// type is skipped (skipped-unknown-event-type).
+	Routes []Route[V]
+	// Write writes what the routes queued on the view, set-based, after
+	// the last route and before the marks and the commit. An error that
+	// names a message (FailMessage) is that message's failure; a lost race
+	// (a deadlock, a unique key taken since Read) runs the transaction
+	// again at once; any other splits it into smaller transactions.
+	Write func(ctx context.Context, tx *ent.Tx, v V) error
+}
+
+// Route binds an event type to its decision and its idempotency key
+// prefix: the mark of message M is KeyPrefix + M.MessageId
+// ("rewards:bond-created:").
+type Route[V any] struct {
+	EventType string
+	KeyPrefix string
+	// Decide decides one message on the view its transaction read, and
+	// queues its writes on the view. ctx carries a zerolog logger with the
+	// message's fields (zerolog.Ctx) and its span. It may run more than
+	// once for one message (retries, a split transaction, a probe): every
+	// effect outside the database goes through m.AfterCommit.
+	Decide func(ctx context.Context, v V, m *Message) (Outcome, error)
+}
+
+// RouteInfo is a route without its decision: what the runtime, the
+// metrics and the tests know of it.
+type RouteInfo struct {
+	EventType string
+	KeyPrefix string
+}
+
+// opened is one transaction's Read done: the routes decide on its view,
+// then it is written.
+type opened interface {
+	decide(ctx context.Context, route int, m *Message) (Outcome, error)
+	write(ctx context.Context) error
+}
+
+func (b Batched[V]) routes() []RouteInfo {
+	out := make([]RouteInfo, len(b.Routes))
+	for i, r := range b.Routes {
+		out[i] = RouteInfo{r.EventType, r.KeyPrefix}
+	}
+	return out
+}
+
+func (b Batched[V]) open(ctx context.Context, tx *ent.Tx, msgs []*Message) (opened, error) {
+	v, err := b.Read(ctx, tx, msgs)
+	if err != nil {
+		return nil, err
+	}
+	return &batchedTx[V]{b: b, tx: tx, v: v}, nil
+}
+
+type batchedTx[V any] struct {
+	b  Batched[V]
+	tx *ent.Tx
+	v  V
+}
+
+func (t *batchedTx[V]) decide(ctx context.Context, route int, m *Message) (Outcome, error) {
+	return t.b.Routes[route].Decide(ctx, t.v, m)
+}
+
+func (t *batchedTx[V]) write(ctx context.Context) error {
+	if t.b.Write == nil {
+		return nil
+	}
+	return t.b.Write(ctx, t.tx, t.v)
+}
+
+// check reports a contract the runtime cannot run: no Read, no route, a
+// route without an event type, a key prefix or a decision, an event type
+// twice.
+func (b Batched[V]) check() error {
+	if b.Read == nil {
+		return errors.New("consumer: Batched needs a Read")
+	}
+	if len(b.Routes) == 0 {
+		return errors.New("consumer: Batched needs a route")
+	}
+	seen := map[string]bool{}
+	for _, r := range b.Routes {
+		switch {
+		case r.EventType == "" || r.KeyPrefix == "" || r.Decide == nil:
+			return fmt.Errorf("consumer: route %q needs an EventType, a KeyPrefix and a Decide", r.EventType)
+		case seen[r.EventType]:
+			return fmt.Errorf("consumer: event type %q routed twice", r.EventType)
+		}
+		seen[r.EventType] = true
+	}
+	return nil
+}
+
+// Apply runs msgs the way the runtime runs one transaction of them, the
+// idempotency marks aside: Read, each message's route in order, then Write,
+// in tx, which it neither commits nor rolls back. It returns the outcomes
+// and stops at the first failure. Tests run a service's decisions on a
+// database they set up with it.
+func (b Batched[V]) Apply(ctx context.Context, tx *ent.Tx, msgs ...*Message) ([]Outcome, error) {
+	if err := b.check(); err != nil {
+		return nil, err
+	}
+	op, err := b.open(ctx, tx, msgs)
+	if err != nil {
+		return nil, err
+	}
+	outs := make([]Outcome, len(msgs))
+	for i, m := range msgs {
+		k := -1
+		for j, r := range b.Routes {
+			if r.EventType == m.EventType {
+				k = j
+			}
+		}
+		if k < 0 {
+			return outs, fmt.Errorf("no route for event type %q", m.EventType)
+		}
+		m.attempt = &state{}
+		if outs[i], err = op.decide(ctx, k, m); err != nil {
+			return outs, err
+		}
+	}
+	return outs, op.write(ctx)
+}
+
+// state is one attempt of a message's: what its route registered to run
+// after the commit and the fields it wants on the message's log line.
+type state struct {
+	afterCommit []func()
+	fields      []func(*zerolog.Event)
+}
+
+// AfterCommit registers fn to run once the attempt's transaction has
+// committed (metrics, in-process domain events). It is dropped when the
+// attempt rolls back. Outside an attempt (a route called by a test on its
+// own) fn is dropped.
+func (m *Message) AfterCommit(fn func()) {
+	if m.attempt != nil {
+		m.attempt.afterCommit = append(m.attempt.afterCommit, fn)
+	}
+}
+
+// LogFields adds fields to the message's outcome log line (BondId, LeadId,
+// …). Like AfterCommit, they belong to the attempt.
+func (m *Message) LogFields(fn func(*zerolog.Event)) {
+	if m.attempt != nil {
+		m.attempt.fields = append(m.attempt.fields, fn)
+	}
+}
+
+// messageFailure is a Read or Write failure that belongs to one message.
+type messageFailure struct {
+	msg *Message
+	err error
+}
+
+func (f *messageFailure) Error() string { return f.err.Error() }
+func (f *messageFailure) Unwrap() error { return f.err }
+
+// FailMessage attributes a Read or Write failure to m, one message of the
+// transaction: it is then handled as if m's route had returned err — m
+// goes on alone with this failure counted as its first attempt (a
+// MSG_CONCURRENT_UPDATE is re-run, an invalid message dead-lettered), the
+// messages before it run again, the rest after it. A failure that names no
+// message runs the messages again in smaller transactions, down to one
+// message each, where every failure is judged on its own (one that every
+// message meets holds the partition).
+func FailMessage(m *Message, err error) error {
+	if err == nil {
+		err = errors.New("failed without a reason")
+	}
+	return &messageFailure{msg: m, err: err}
+}
