@@ -25,7 +25,7 @@ func (w *worker) handle(batch []queued) bool {
 				Int("expected", r.svc.ContractVersion).Msg("contract-version-mismatch")
 		}
 	}
-	w.items = items // the messages behind a failing one may be probed (probeUpcoming)
+	w.items = items // the messages behind a failing one may be probed (inPartition.probe)
 	defer func() { w.items = nil }()
 	for i := 0; i < len(items); {
 		j := i
@@ -50,77 +50,64 @@ func (w *worker) handle(batch []queued) bool {
 	return true
 }
 
-// runRouted processes a run of routable messages: first in a transaction
-// that other partitions' runs may share. If the transaction does not
-// commit, a handler's failure (or a Write's, through FailMessage)
-// is its message's first attempt (failedAt) and the rest runs on; after
-// any other failure (another run's, or none's) the run goes on alone.
+// runRouted processes a run of routable messages of w's partition, in
+// offset order: first in one transaction that other partitions' runs may
+// share. A transaction that does not commit is split, with no recursion:
+//   - after a failure of another partition's run, or of none (Read,
+//     Write, the marks, the commit), the run goes again alone;
+//   - after a failure that belongs to no message in a transaction of the
+//     partition alone, its messages go one at a time, where each failure
+//     is told apart;
+//   - after a message's own failure (its route's, or a Read or Write
+//     naming it), the messages before it go again (they did not fail), the
+//     failing one goes on its own with that failure as its first attempt
+//     (processOne), and the rest go on as a new run.
+//
+// It reports false when the worker is stopping and the rest was abandoned.
 func (w *worker) runRouted(items []*item) bool {
-	res := w.r.sched.do(w, items, false, txMode{})
-	switch {
-	case res.committed:
-		w.settle(items)
-		return true
-	case res.failed != nil:
-		k := slices.Index(items, res.failed)
-		return w.failedAt(items, k, res.err) && w.runAlone(items[k+1:])
+	type step struct {
+		run   []*item // a run for one transaction
+		alone bool    // of w's partition alone
+		one   *item   // or a message on its own (processOne)
+		first error   // and its first attempt's failure
 	}
-	return w.runAlone(items)
-}
-
-// runAlone is runRouted in transactions of w's partition alone. When a
-// handler fails, the transaction is rolled back; the messages before it
-// run again (they did not fail), the failing one continues on its own with
-// that failure as its first attempt, and the rest go on as a new batch. A
-// failure that belongs to no message (Read, a write, the marks, the
-// commit) runs the messages one at a time, where each failure is told
-// apart; a lone message is processOne's.
-func (w *worker) runAlone(items []*item) bool {
-	for len(items) > 0 {
-		if len(items) == 1 {
-			return w.processOne(items[0], nil)
+	todo := []step{{run: items}}
+	for len(todo) > 0 {
+		s := todo[0]
+		todo = todo[1:]
+		switch {
+		case s.one != nil:
+			if !w.processOne(s.one, s.first) {
+				return false
+			}
+			continue
+		case len(s.run) == 0:
+			continue
+		case len(s.run) == 1 && s.alone:
+			if !w.processOne(s.run[0], nil) {
+				return false
+			}
+			continue
 		}
-		res := w.r.sched.do(w, items, true, txMode{})
+		res := w.r.sched.do(w, s.run, s.alone, txMode{})
+		var next []step
 		switch {
 		case res.committed:
-			w.settle(items)
-			return true
+			w.settle(s.run)
+		case res.failed == nil && !s.alone:
+			next = []step{{run: s.run, alone: true}}
 		case res.failed == nil:
-			for _, it := range items {
-				if !w.processOne(it, nil) {
-					return false
-				}
+			for _, it := range s.run {
+				next = append(next, step{one: it})
 			}
-			return true
+		default:
+			k := slices.Index(s.run, res.failed)
+			first := &handlerFailure{res.err} // settle reads its mark before it counts
+			next = []step{{run: s.run[:k], alone: true}, {one: s.run[k], first: first}, {run: s.run[k+1:], alone: true}}
 		}
-		k := slices.Index(items, res.failed)
-		if !w.failedAt(items, k, res.err) {
-			return false
-		}
-		items = items[k+1:]
+		todo = append(next, todo...)
 	}
 	return true
-}
-
-// failedAt goes on after the handler of items[k] failed with err in a
-// transaction that was rolled back: the messages before it run again (they
-// did not fail), then items[k] on its own, with that failure as its first
-// attempt.
-func (w *worker) failedAt(items []*item, k int, err error) bool {
-	return w.runAlone(items[:k]) && w.processOne(items[k], w.firstAttempt(items[k], err))
-}
-
-// firstAttempt is what a handler's failure in a batch counts as for its
-// message: its first attempt — unless the message was processed already
-// (marks are inserted last, so the handler of a redelivered message ran on
-// the state it had itself left) or is being processed by another
-// transaction right now. Then, and when that cannot be told, nil: the
-// message runs again on its own, where its mark decides.
-func (w *worker) firstAttempt(it *item, err error) error {
-	if processed, perr := w.r.processedElsewhere(w.ctx, it); perr != nil || processed {
-		return nil
-	}
-	return err
 }
 
 // processedElsewhere reports whether the message's mark exists, waiting
@@ -147,7 +134,7 @@ func (w *worker) settle(items []*item) {
 	for _, it := range items {
 		it.attempts = 1
 		w.r.committed(it)
-		w.finish(it, nil)
+		w.r.finish(it, nil)
 	}
 	w.ack(items[len(items)-1].km.TopicPartition.Offset)
 }

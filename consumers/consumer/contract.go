@@ -10,22 +10,10 @@ import (
 	"github.com/pin-platform/pin/ent"
 )
 
-// A service's contract with the runtime, in Go types: what it reads for a
-// transaction of messages (a view, V), how each event type decides on that
-// view, and how the decisions are written.
-//
-//	Batched[*view]{
-//		Read:   read,                         // reads (and locks) the rows the messages touch
-//		Routes: []Route[*view]{{EventType: …, KeyPrefix: …, Decide: h.handle}},
-//		Write:  (*view).flush,                // writes what the routes queued on the view
-//	}
-//
-// A route is given the view its transaction read and nothing else of the
-// database: it cannot run without its view, and it has no transaction to
-// write through behind the writer's back.
-
-// Handlers is what a Service does with its messages: a Batched. Its
-// methods are the runtime's.
+// Handlers is what a Service does with its messages, in Go types: a
+// Batched. A route is given the view its transaction read and nothing else
+// of the database: it cannot run without its view, and has no transaction
+// to write through behind the Write's back.
 type Handlers interface {
 	check() error
 	routes() []RouteInfo
@@ -117,59 +105,19 @@ func (t *batchedTx[V]) write(ctx context.Context) error {
 	return t.b.Write(ctx, t.tx, t.v)
 }
 
-// check reports a contract the runtime cannot run: no Read, no route, a
-// route without an event type, a key prefix or a decision, an event type
-// twice.
+// check reports a contract the runtime cannot run.
 func (b Batched[V]) check() error {
-	if b.Read == nil {
-		return errors.New("consumer: Batched needs a Read")
-	}
-	if len(b.Routes) == 0 {
-		return errors.New("consumer: Batched needs a route")
-	}
 	seen := map[string]bool{}
 	for _, r := range b.Routes {
-		switch {
-		case r.EventType == "" || r.KeyPrefix == "" || r.Decide == nil:
-			return fmt.Errorf("consumer: route %q needs an EventType, a KeyPrefix and a Decide", r.EventType)
-		case seen[r.EventType]:
-			return fmt.Errorf("consumer: event type %q routed twice", r.EventType)
+		if r.EventType == "" || r.KeyPrefix == "" || r.Decide == nil || seen[r.EventType] {
+			return fmt.Errorf("consumer: route %q needs an EventType of its own, a KeyPrefix and a Decide", r.EventType)
 		}
 		seen[r.EventType] = true
 	}
+	if b.Read == nil || len(b.Routes) == 0 {
+		return errors.New("consumer: Batched needs a Read and a route")
+	}
 	return nil
-}
-
-// Apply runs msgs the way the runtime runs one transaction of them, the
-// idempotency marks aside: Read, each message's route in order, then Write,
-// in tx, which it neither commits nor rolls back. It returns the outcomes
-// and stops at the first failure. Tests run a service's decisions on a
-// database they set up with it.
-func (b Batched[V]) Apply(ctx context.Context, tx *ent.Tx, msgs ...*Message) ([]Outcome, error) {
-	if err := b.check(); err != nil {
-		return nil, err
-	}
-	op, err := b.open(ctx, tx, msgs)
-	if err != nil {
-		return nil, err
-	}
-	outs := make([]Outcome, len(msgs))
-	for i, m := range msgs {
-		k := -1
-		for j, r := range b.Routes {
-			if r.EventType == m.EventType {
-				k = j
-			}
-		}
-		if k < 0 {
-			return outs, fmt.Errorf("no route for event type %q", m.EventType)
-		}
-		m.attempt = &state{}
-		if outs[i], err = op.decide(ctx, k, m); err != nil {
-			return outs, err
-		}
-	}
-	return outs, op.write(ctx)
 }
 
 // state is one attempt of a message's: what its route registered to run

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"runtime/debug"
+	"slices"
 	"time"
 
 	"github.com/cenkalti/backoff/v5"
@@ -14,10 +15,6 @@ import (
 
 // finish ends a message that reached a final state: after-commit hooks,
 // metrics, the outcome log line, the span.
-func (w *worker) finish(it *item, err error) {
-	w.r.finish(it, err)
-}
-
 func (r *Runtime) finish(it *item, err error) {
 	if it.st != nil {
 		for _, fn := range it.st.afterCommit {
@@ -86,35 +83,49 @@ func (r *Runtime) runHook(it *item, fn func()) {
 // an infrastructure error: retried with backoff, never skipped.
 func (w *worker) deadLetter(it *item, code Code, cause error, attempts int) bool {
 	r := w.r
-	infra := newInfraBackoff()
-	for {
-		err := r.dlq.send(w.ctx, it.km, code, r.redact(cause.Error()), attempts)
-		if err == nil {
-			break
-		}
-		if w.ctx.Err() != nil {
-			return false
-		}
-		d := r.cfg.scale(infra.NextBackOff())
-		r.m.retry(Infrastructure, "DLQ_PUBLISH")
-		r.m.infra("kafka")
-		w.hold("kafka", err) // the world's failure: /readyz names it while the partition waits
-		r.logFor(it).Warn().Err(err).Dur("retry_in", d).Msg("dlq publish failed")
-		if !w.sleep(d) {
-			return false
-		}
+	if _, ok := w.persist(it, "dlq publish", "DLQ_PUBLISH", "kafka", func() error {
+		return r.dlq.send(w.ctx, it.km, code, r.redact(cause.Error()), attempts)
+	}, nil); !ok {
+		return false
 	}
 	w.release()
 	r.m.deadLettered(code.Name)
-	it.outcome = DeadLettered
 	it.attempts = attempts
-	it.dropHooks() // the attempt rolled back: keep its log fields, not its hooks
-	if c, ok := CodeOf(cause); !ok || c.Name != code.Name {
-		cause = &Error{Code: code, Err: cause}
-	}
-	r.finish(it, cause)
+	r.ended(it, DeadLettered, code, cause)
 	w.ack(it.km.TopicPartition.Offset)
 	return true
+}
+
+// persist runs fn (a dead letter's publish, a park's insert) until it
+// succeeds, or final says that its failure ends the waiting (returned as
+// err). Meanwhile the partition is held on the failure — the world's,
+// cause when the runtime knows no better — with the infrastructure
+// backoff. ok is false when the worker is stopping.
+func (w *worker) persist(it *item, what, code, cause string, fn func() error, final func(error) bool) (err error, ok bool) {
+	r := w.r
+	infra := newInfraBackoff()
+	for {
+		if err = fn(); err == nil || (final != nil && final(err)) {
+			return err, true
+		}
+		if w.ctx.Err() != nil {
+			return err, false
+		}
+		d := r.cfg.scale(infra.NextBackOff())
+		r.m.retry(Infrastructure, code)
+		held := infraCause(err)
+		if held == "" {
+			held = cause
+		}
+		if slices.Contains(InfrastructureCauses, held) {
+			r.m.infra(held)
+		}
+		w.hold(held, err) // /readyz names it while the partition waits
+		r.logFor(it).Warn().Err(err).Dur("retry_in", d).Msg(what + " failed")
+		if !w.sleep(d) {
+			return err, false
+		}
+	}
 }
 
 func newInfraBackoff() *backoff.ExponentialBackOff {

@@ -88,7 +88,7 @@ func (r *Runtime) decode(it *item) {
 	}
 }
 
-// probeItem decodes a queued message for a probe (probeUpcoming): no span of
+// probeItem decodes a queued message for a probe (inPartition.probe): no span of
 // its own, no "consumed" line; it is prepared again when its turn comes.
 func (r *Runtime) probeItem(km *kafka.Message) *item {
 	it := &item{km: km, start: time.Now(), ctx: context.Background()}

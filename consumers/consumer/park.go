@@ -12,7 +12,6 @@ import (
 
 	"github.com/pin-platform/pin/ent"
 	"github.com/pin-platform/pin/ent/parkedmessage"
-	"github.com/pin-platform/pin/ent/processedmessage"
 	"github.com/pin-platform/pin/schema"
 )
 
@@ -34,52 +33,33 @@ import (
 // waited, goes on in line.
 func (w *worker) park(it *item, code Code, cause error, step int, delay time.Duration) (ok, inLine bool) {
 	r := w.r
-	infra := newInfraBackoff()
 	next := time.Now().Add(delay)
-	for {
+	err, ok := w.persist(it, "park", code.Name, "park", func() error {
 		err := r.parkRow(w.ctx, it, code, cause, step, next)
-		if err == nil {
-			break
+		for errors.Is(err, errParkRowGone) { // re-driven and deleted meanwhile: park again
+			err = r.parkRow(w.ctx, it, code, cause, step, next)
 		}
-		if w.ctx.Err() != nil {
-			return false, false
-		}
-		if errors.Is(err, errParkRowGone) {
-			continue
-		}
-		if errors.Is(err, errParkedByAnother) {
-			r.logFor(it).Warn().Err(err).Str("code", code.Name).Dur("retry_in", delay).Msg("cannot park: waiting in line instead")
-			it.inLine = true
-			return w.sleep(delay), true
-		}
-		if c, ok := classify(err, r.svc.InvalidCode); ok && c.Class == Invalid {
-			// The row cannot be written (a value PostgreSQL refuses): the
-			// message cannot wait, it goes to the DLQ with its own code.
-			return w.deadLetter(it, code, cause, it.attempts), false
-		}
-		d := r.cfg.scale(infra.NextBackOff())
-		r.m.retry(Infrastructure, code.Name)
-		held := infraCause(err)
-		if held != "" {
-			r.m.infra(held)
-		} else {
-			held = "park" // not a cause the runtime knows, but the partition waits on it all the same
-		}
-		w.hold(held, err)
-		r.logFor(it).Warn().Err(err).Dur("retry_in", d).Msg("park failed")
-		if !w.sleep(d) {
-			return false, false
-		}
+		return err
+	}, func(err error) bool {
+		c, ok := classify(err, r.svc.InvalidCode)
+		return errors.Is(err, errParkedByAnother) || ok && c.Class == Invalid
+	})
+	switch {
+	case !ok:
+		return false, false
+	case errors.Is(err, errParkedByAnother):
+		r.logFor(it).Warn().Err(err).Str("code", code.Name).Dur("retry_in", delay).Msg("cannot park: waiting in line instead")
+		it.inLine = true
+		return w.sleep(delay), true
+	case err != nil:
+		// The row cannot be written (a value PostgreSQL refuses): the
+		// message cannot wait, it goes to the DLQ with its own code.
+		return w.deadLetter(it, code, cause, it.attempts), false
 	}
 	w.release()
 	r.m.parked.WithLabelValues(code.Name).Inc()
 	r.m.retry(RetryLater, code.Name)
-	it.outcome = Parked
-	it.dropHooks()
-	if c, ok := CodeOf(cause); !ok || c.Name != code.Name {
-		cause = &Error{Code: code, Err: cause}
-	}
-	r.finish(it, cause)
+	r.ended(it, Parked, code, cause)
 	w.ack(it.km.TopicPartition.Offset)
 	return true, false
 }
@@ -174,8 +154,10 @@ func (r *Runtime) redriveLoop(ctx context.Context) {
 					return
 				}
 				wait = r.cfg.scale(infra.NextBackOff())
-				r.m.retry(Infrastructure, "")
-				r.log.Warn().Err(err).Dur("retry_in", wait).Msg("re-drive of parked messages failed")
+				if !errors.As(err, new(*postponed)) { // an attempt's failure is counted and logged by settle
+					r.m.retry(Infrastructure, "")
+					r.log.Warn().Err(err).Dur("retry_in", wait).Msg("re-drive of parked messages failed")
+				}
 				break
 			}
 			infra.Reset()
@@ -187,12 +169,13 @@ func (r *Runtime) redriveLoop(ctx context.Context) {
 }
 
 // redriveOne runs the oldest due parked message of the group, if any, and
-// reports whether there was one. Its row stays locked for the attempt; the
-// handler runs under a savepoint so that a failed attempt can still
-// reschedule or remove the row in the same transaction. A row whose attempt
-// fails for a reason the runtime cannot act on (the database went away, an
-// unexpected error) is pushed back by the infrastructure backoff in a
-// statement of its own, so that it never holds up the rows behind it.
+// reports whether there was one. Its row stays locked for the attempts
+// (settle, with the row as holder): the message runs under a savepoint, so
+// that a failed attempt can still reschedule or remove the row in the same
+// transaction. A row whose attempt fails for a reason it must wait out (the
+// database went away, an unexpected error) is pushed back by the
+// infrastructure backoff in a statement of its own, so that it never holds
+// up the rows behind it; the error is then the attempt's (*postponed).
 func (r *Runtime) redriveOne(ctx context.Context) (bool, error) {
 	tx, err := r.client.Tx(ctx)
 	if err != nil {
@@ -213,116 +196,29 @@ func (r *Runtime) redriveOne(ctx context.Context) (bool, error) {
 	}
 	it := r.prepare(parkedToKafka(row), time.Now())
 	defer it.span.End() // no-op once finished
-	fail := func(err error) (bool, error) {
-		_ = tx.Rollback()
-		r.postpone(ctx, row, it.attempts, row.UnexpectedFailures, err)
-		return true, err
-	}
+	h := &inRow{r: r, ctx: ctx, tx: tx, row: row}
 	if it.msg == nil || !it.routed { // cannot happen for a row we parked; never loop on it
-		return r.redriveDeadLetter(ctx, tx, row, it, EnvelopeInvalid, errors.New("parked message cannot be routed"))
+		h.deadLetter(it, EnvelopeInvalid, errors.New("parked message cannot be routed"))
+	} else {
+		// Its tally so far, from the row: the retry-later steps used, and
+		// the unexpected failures, the last of them when the row was last
+		// written (the evidence must be newer).
+		it.attempts = row.Attempts
+		t := newTally()
+		t.step, t.unexpected, t.since = row.ScheduleStep, row.UnexpectedFailures, row.UpdatedAt.UnixNano()
+		r.settle(h, it, t, nil)
 	}
-	it.attempts = row.Attempts
-	t := newTally()
-	t.step = row.ScheduleStep
-	for {
-		it.attempts++
-		started := time.Now().UnixNano()
-		// The message's transaction under a savepoint of the re-driver's:
-		// its effect and the row's removal commit together.
-		res := r.runTx(ctx, []*item{it}, txMode{outer: tx})
-		err := res.err
-		if res.committed {
-			if err := tx.ParkedMessage.DeleteOne(row).Exec(ctx); err != nil {
-				return fail(err)
-			}
-			if err := tx.Commit(); err != nil {
-				return fail(err)
-			}
-			r.committed(it)
-			r.finish(it, nil)
-			return true, nil
-		}
-		if ctx.Err() != nil {
-			return true, ctx.Err()
-		}
-		if done, merr := r.markedSince(ctx, tx, it, res); merr != nil {
-			return fail(merr)
-		} else if done {
-			if err := tx.ParkedMessage.DeleteOne(row).Exec(ctx); err != nil {
-				return fail(err)
-			}
-			if err := tx.Commit(); err != nil {
-				return fail(err)
-			}
-			it.outcome, it.st = SkippedDuplicate, nil
-			r.finish(it, nil)
-			return true, nil
-		}
-		v := r.decide(err, t, true)
-		code := v.code
-		switch v.act {
-		case actRetry:
-			r.m.retry(code.Class, code.Name)
-			continue
-		case actWait, actCheck:
-			if v.cause != "" { // the world's: back off this row only
-				r.m.infra(v.cause)
-				return fail(err)
-			}
-			// Unexpected: counted on the row, so that a message that keeps
-			// failing is not re-driven forever. From the limit on, it is
-			// dead-lettered when another message of its route committed
-			// after its previous failure and before this attempt: the
-			// failure is its own (as in processOne).
-			n := row.UnexpectedFailures + 1
-			if lc := r.lastCommitOf(it.route); n >= unexpectedLimit && lc > row.UpdatedAt.UnixNano() && lc < started {
-				r.logFor(it).Error().Err(err).Int("attempts", it.attempts).
-					Msg("the failure is the parked message's own (other messages of its event type succeed): dead-lettering it")
-				return r.redriveDeadLetter(ctx, tx, row, it, ProcessingFailed, err)
-			}
-			_ = tx.Rollback()
-			r.postpone(ctx, row, it.attempts, n, err)
-			return true, err
-		case actPark:
-			next := time.Now().Add(v.delay)
-			if uerr := tx.ParkedMessage.UpdateOne(row).
-				SetAttempts(it.attempts).
-				SetScheduleStep(t.step).
-				SetNextAttemptAt(next).
-				SetErrorCode(code.Name).
-				SetReason(cleanText(err.Error())).
-				SetUpdatedAt(time.Now()).
-				Exec(ctx); uerr != nil {
-				return fail(uerr)
-			}
-			if cerr := tx.Commit(); cerr != nil {
-				return fail(cerr)
-			}
-			r.m.retry(RetryLater, code.Name)
-			r.logFor(it).Info().Str("code", code.Name).Str("reason", err.Error()).
-				Int("attempts", it.attempts).Time("next_attempt_at", next).Msg("retry-later")
-			return true, nil
-		case actDeadLetter:
-			return r.redriveDeadLetter(ctx, tx, row, it, code, err)
-		}
+	if h.err != nil {
+		return true, &postponed{h.err}
 	}
+	return true, ctx.Err()
 }
 
-// markedSince reports whether the parked message's mark exists although
-// its attempt just failed on it (res): a redelivered copy was applied after it
-// was parked (a restart before the offset commit), and the handler failed
-// on the state that copy left. The row is then done, as a duplicate — not
-// an attempt that could end in the DLQ. The mark is read in the
-// re-driver's transaction: waiting for an uncommitted holder from another
-// one (processedElsewhere) while this one holds the row could deadlock
-// where PostgreSQL cannot see it; a holder that commits later is found by
-// the row's next attempt.
-func (r *Runtime) markedSince(ctx context.Context, tx *ent.Tx, it *item, res txResult) (bool, error) {
-	if res.failed != it {
-		return false, nil
-	}
-	return tx.ProcessedMessage.Query().Where(processedmessage.ID(it.key)).Exist(ctx)
-}
+// postponed is the failure a parked row was pushed back for.
+type postponed struct{ err error }
+
+func (e *postponed) Error() string { return e.err.Error() }
+func (e *postponed) Unwrap() error { return e.err }
 
 // postpone pushes a row whose attempt failed without a verdict back by the
 // infrastructure backoff (by how often that happened), outside the failed
@@ -344,36 +240,6 @@ func (r *Runtime) postpone(ctx context.Context, row *ent.ParkedMessage, attempts
 		SetReason(cleanText(cause.Error())).
 		SetUpdatedAt(time.Now()).
 		Exec(ctx)
-}
-
-// redriveDeadLetter publishes a parked message to the DLQ, then deletes its
-// row. A DLQ publish that succeeded before a failed delete leaves the row
-// to be dead-lettered again: DLQ records are at least once (readers dedupe
-// on x-source-topic, x-original-partition, x-original-offset).
-func (r *Runtime) redriveDeadLetter(ctx context.Context, tx *ent.Tx, row *ent.ParkedMessage, it *item, code Code, cause error) (bool, error) {
-	if err := r.dlq.send(ctx, it.km, code, r.redact(cause.Error()), it.attempts); err != nil {
-		_ = tx.Rollback()
-		r.m.infra("kafka")
-		r.postpone(ctx, row, it.attempts, row.UnexpectedFailures, err)
-		return true, err
-	}
-	if err := tx.ParkedMessage.DeleteOne(row).Exec(ctx); err != nil {
-		return true, err
-	}
-	if err := tx.Commit(); err != nil {
-		return true, err
-	}
-	r.m.deadLettered(code.Name)
-	it.outcome = DeadLettered
-	if it.attempts < row.Attempts {
-		it.attempts = row.Attempts
-	}
-	it.dropHooks()
-	if c, ok := CodeOf(cause); !ok || c.Name != code.Name {
-		cause = &Error{Code: code, Err: cause}
-	}
-	r.finish(it, cause)
-	return true, nil
 }
 
 func parkedToKafka(p *ent.ParkedMessage) *kafka.Message {

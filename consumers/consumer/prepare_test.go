@@ -604,3 +604,37 @@ func TestAHookLosingADeadlockRunsTheTransactionAgainAsAWhole(t *testing.T) {
 		})
 	}
 }
+
+// A deadlock that outlasts the immediate re-runs costs the message
+// 1 + lostRaceRetries transactions, then the infrastructure backoff: the
+// lost races are counted once (runTx), not again per attempt. With the
+// deadlock lasting 8 transactions, a lone message takes 4 (its first, shared
+// one and its re-runs), 4 more on its own, a wait (cause 40), and commits
+// with the 9th.
+func TestALastingDeadlockCostsItsRerunsThenBacksOff(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	leadID := e.lead()
+	_, v := envelope(leadID, "")
+	e.produce(1, v)
+	p := &preparing{deadlockAt: "prepare", raced: -1}
+	p.deadlock.Store(8)
+	r := consumertest.Start(t, e.cluster.Bootstrap, e.url, p.service, consumertest.Options{})
+	e.waitCommitted(1)
+
+	p.mu.Lock()
+	calls := len(p.batches)
+	p.mu.Unlock()
+	if calls != 9 {
+		t.Fatalf("%d transactions, want 9: 2 × (1 + %d re-runs), then the one that commits after the backoff", calls, 3)
+	}
+	if got := r.Counter("pin_consumer_infrastructure_errors_total", map[string]string{"cause": "40"}); got != 1 {
+		t.Fatalf("infrastructure_errors{cause=40} = %v, want 1 (one backoff)", got)
+	}
+	if got := r.Counter("pin_consumer_batch_reruns_total", map[string]string{"reason": "lost-race"}); got != 6 {
+		t.Fatalf("batch_reruns{lost-race} = %v, want 6", got)
+	}
+	if got := e.events(leadID); got != 1 {
+		t.Fatalf("lead_events = %d, want 1", got)
+	}
+}

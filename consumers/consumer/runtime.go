@@ -110,7 +110,10 @@ type Runtime struct {
 // New builds a runtime. client and db are the same database: db is used for
 // set-based statements and health checks.
 func New(cfg Config, svc Service, client *ent.Client, db *sql.DB, opts Options) (*Runtime, error) {
-	if err := svc.check(); err != nil {
+	if svc.Topic == "" || svc.Group == "" || svc.DLQTopic == "" || svc.InvalidCode.Name == "" || svc.Handlers == nil {
+		return nil, errors.New("consumer: service needs Topic, Group, DLQTopic, an InvalidCode and Handlers")
+	}
+	if err := svc.Handlers.check(); err != nil {
 		return nil, err
 	}
 	cfg = cfg.withDefaults()

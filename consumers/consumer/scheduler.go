@@ -6,38 +6,16 @@ import (
 )
 
 // The scheduler: at most CONSUMER_TRANSACTIONS transactions of messages at
-// once (the re-driver, mark checks and parking run outside the lanes), the
-// one knob of the runtime's concurrency.
-//
-// Each partition's worker gathers its own batch. A transaction's fixed
-// cost (its BEGIN, Read's reads, the set-based writes, the marks, the
-// commit's flush) would be paid per partition, and at partial load the
-// batches are small. So the routable runs of the partitions that become
-// ready while the transactions run wait, then go together into the next
-// one: its leader (a waiting worker promoted when a lane frees) runs them
-// as one batch — Read over all of them, each partition's handlers in
-// its offset order, one insert of the marks, one commit. Rows touched
-// from several partitions are locked in key order by Read, as for one
-// partition's batch.
-//
-// A run that must be alone (a message retried on its own, a probe) waits
-// for a lane like any other, and takes none of the others with it.
-//
-// The guarantees are a batch's: a shared transaction commits all of its
-// runs or none. When it commits, each worker settles its own run (its
-// messages' after-commit hooks, outcome lines, and the offset of its
-// partition, stored only now). When a handler fails (or a Write
-// blames a message through FailMessage), the failure goes to that
-// message's run, which goes on as after a failure in its own batch: the
-// failure is the message's first attempt. Every other run, and every run
-// after any other failure, runs again alone, where failures are told
-// apart. A worker still waiting when its drain budget is spent leaves the
-// queue; one whose run a leader took waits for that transaction's end.
-//
-// One lane pays the fixed part least often, but the handlers of a shared
-// transaction run one after the other on its leader's goroutine while
-// PostgreSQL waits, and PostgreSQL's work overlaps no handler's: two lanes
-// (the default) overlap them (bench/README.md).
+// once, the one knob of the runtime's concurrency (DESIGN.md, "Scheduling"
+// for why). The routable runs of the partitions that become ready while
+// the lanes are busy wait, then go together into the next transaction: its
+// leader (a waiting worker promoted when a lane frees) runs them as one
+// batch. A run that must be alone (a retry, a probe) takes none along. A
+// shared transaction commits all of its runs or none; each worker then
+// settles its own run, and a message's failure goes to its run alone (its
+// first attempt) while every other run goes again alone. A worker still
+// waiting when its drain budget is spent leaves the queue; one whose run a
+// leader took waits for that transaction's end.
 
 // sharedLimit × CONSUMER_BATCH_SIZE is how many messages a shared
 // transaction takes at most, and CONSUMER_TRANSACTION_BYTES how many bytes

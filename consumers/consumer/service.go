@@ -2,7 +2,6 @@ package consumer
 
 import (
 	"context"
-	"errors"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -79,19 +78,6 @@ func (s Service) Routes() []RouteInfo {
 		return nil
 	}
 	return s.Handlers.routes()
-}
-
-// check reports a service the runtime cannot run.
-func (s Service) check() error {
-	switch {
-	case s.Topic == "" || s.Group == "" || s.DLQTopic == "":
-		return errors.New("consumer: service needs Topic, Group and DLQTopic")
-	case s.InvalidCode.Name == "":
-		return errors.New("consumer: service needs an InvalidCode")
-	case s.Handlers == nil:
-		return errors.New("consumer: service needs Handlers")
-	}
-	return s.Handlers.check()
 }
 
 func (s Service) retryNow() int {

@@ -13,21 +13,10 @@ import (
 	"github.com/pin-platform/pin/ent"
 )
 
-// One transaction of messages: the only way the runtime applies a
-// message's effects and writes its idempotency mark. A batch of one
-// partition, the runs of several partitions that share a transaction, a
-// message retried on its own, a parked message re-driven, a probe: all run
-// here.
-//
-//  1. the service's Read reads, and locks, what the messages touch, in
-//     one statement per table, in key order: the view;
-//  2. each message's route, in offset order, decides on the view and
-//     queues its writes on it;
-//  3. the service's Write writes what was queued, set-based;
-//  4. one insert of the marks, with their outcomes: a mark that is there
-//     already belongs to a message processed before (a redelivery), which
-//     is taken out, and the rest runs again;
-//  5. the commit.
+// One transaction of messages (DESIGN.md, "One transaction path"): the
+// only way the runtime applies a message's effects and writes its mark —
+// Read, each route's Decide, Write, the marks (one that is there already
+// is a redelivery's: taken out, the rest runs again), the commit.
 
 // txResult is how a transaction of messages ended.
 type txResult struct {
@@ -144,21 +133,25 @@ func (r *Runtime) txOnce(ctx context.Context, items []*item, mode txMode, shared
 		return res, noRerun
 	}
 
+	// hookFailed ends the transaction after its Read or Write failed: with
+	// the message the failure names, as a lost race (race, its SQLSTATE)
+	// to run again, or as the transaction's failure (own).
+	hookFailed := func(err error, race string, own error) (txResult, rerun) {
+		r.rollbackTx(ctx, tx, mode)
+		if it, err := blamed(items, run, err); it != nil {
+			return txResult{failed: it, err: err}, noRerun
+		}
+		if race != "" && rerace {
+			return r.lostTheRace(race, err, len(items))
+		}
+		return txResult{err: own}, noRerun
+	}
 	var op opened
 	if err := r.guarded("read", func() (err error) {
 		op, err = r.svc.Handlers.open(ctx, tx, msgs)
 		return err
-	}); err != nil {
-		if it := blamed(items, run, err); it != nil {
-			var mf *messageFailure
-			errors.As(err, &mf)
-			return fail(txResult{failed: it, err: mf.err})
-		}
-		if c := lostRace(err); c != "" && rerace { // Read's locks deadlocked with another transaction's
-			r.rollbackTx(ctx, tx, mode)
-			return r.lostTheRace(c, err, len(items))
-		}
-		return fail(txResult{err: fmt.Errorf("read: %w", err)})
+	}); err != nil { // a lost race: Read's locks deadlocked with another transaction's
+		return hookFailed(err, lostRace(err), fmt.Errorf("read: %w", err))
 	}
 	marks := make([]mark, 0, len(msgs))
 	for i, it := range items {
@@ -173,16 +166,8 @@ func (r *Runtime) txOnce(ctx context.Context, items []*item, mode txMode, shared
 		marks = append(marks, mark{it.key, it.msg.Partition, it.msg.Offset, out})
 	}
 	if err := r.guarded("write", func() error { return op.write(ctx) }); err != nil {
-		r.rollbackTx(ctx, tx, mode)
-		if it := blamed(items, run, err); it != nil {
-			var mf *messageFailure
-			errors.As(err, &mf)
-			return txResult{failed: it, err: mf.err}, noRerun
-		}
-		if c := raceCode(err); c != "" && rerace { // a deadlock, or another processor's row written since Read
-			return r.lostTheRace(c, err, len(items))
-		}
-		return txResult{err: &writeError{err}}, noRerun
+		// a lost race: a deadlock, or another processor's row written since Read
+		return hookFailed(err, raceCode(err), &writeError{err})
 	}
 	inserted, err := insertMarks(ctx, tx, r.svc.Group, r.svc.Topic, marks)
 	if err != nil {
@@ -213,19 +198,19 @@ func (r *Runtime) txOnce(ctx context.Context, items []*item, mode txMode, shared
 	return txResult{committed: true}, noRerun
 }
 
-// blamed is the message of the transaction that a hook's failure names
-// (FailMessage), or nil.
-func blamed(items []*item, run []bool, err error) *item {
+// blamed is the message of the transaction that a Read's or Write's
+// failure names (FailMessage), with the failure; nil when it names none.
+func blamed(items []*item, run []bool, err error) (*item, error) {
 	var mf *messageFailure
 	if !errors.As(err, &mf) {
-		return nil
+		return nil, nil
 	}
 	for i, it := range items {
 		if run[i] && it.msg == mf.msg {
-			return it
+			return it, mf.err
 		}
 	}
-	return nil
+	return nil, nil
 }
 
 // savepoint is the savepoint a transaction runs under in another's.

@@ -56,7 +56,7 @@ type worker struct {
 	refused        int64
 
 	// items is the batch being handled, and carry the messages taken out
-	// of in to be probed (probeUpcoming), handled before the next ones of in.
+	// of in to be probed (inPartition.probe), handled before the next ones of in.
 	// Owned by the worker's goroutine.
 	items []*item
 	carry []queued

@@ -81,15 +81,10 @@ func (h *handler) handle(ctx context.Context, v *view, m *consumer.Message) (con
 	}
 
 	// Steps 6–7, queued. The claim of the chat is the writer's first
-	// statement: an update conditioned on the row_version Read read. A
-	// concurrent writer either committed since (the condition fails) or
-	// holds the row (the claim waits for it, then the condition fails).
-	// Either way the chat's first message of the transaction fails with
-	// MSG_CONCURRENT_UPDATE and the runtime re-runs it at once in a fresh
-	// transaction, which re-reads the chat and usually finds its Version
-	// stale. Claiming before touching the members means two writers never
-	// race on chat_participants. Every write of the chat row moves
-	// row_version, and every change of the members comes with one.
+	// statement, conditioned on the row_version read (writer.go,
+	// claimChats): a concurrent writer makes it MSG_CONCURRENT_UPDATE,
+	// re-run at once on a fresh read. Claiming before touching the members
+	// means two writers never race on chat_participants.
 	v.claim(ctx, c, s, m)
 	if !d.empty() {
 		v.apply(c.ID, m.MessageID, s, d, byUser)

@@ -124,8 +124,8 @@ func (v *view) apply(chatID, messageID uuid.UUID, s snapshot, d diff, byUser map
 	v.notify = append(v.notify, id.String())
 }
 
-// queuedPush is the chat_updates row of a diff: the active members
-// receive the update, the removed ones lose their subscription.
+// queuedPush is the chat_updates row of a diff: to the active members
+// (recipients), and the removed ones' revocation.
 type queuedPush struct {
 	id, chatID          uuid.UUID
 	at                  time.Time
@@ -139,7 +139,7 @@ func (p queuedPush) create(tx *ent.Tx) *ent.ChatPushCreate {
 }
 
 // queuedFact is the chat_events row of fact f, of message messageID in
-// chat chatID, that happened at (the snapshot's ChangedAt).
+// chat chatID, at the snapshot's ChangedAt.
 type queuedFact struct {
 	chatID, messageID uuid.UUID
 	at                time.Time
