@@ -3,6 +3,9 @@ package migrate
 import (
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
 	"time"
 
 	atlasmigrate "ariga.io/atlas/sql/migrate"
@@ -53,7 +56,38 @@ func Diff(ctx context.Context, devURL, dir, name string) (bool, error) {
 			return false, err
 		}
 	}
+	if len(after) > len(before) && len(before) > 0 {
+		if err := inOrder(d, before[len(before)-1], after[len(after)-1]); err != nil {
+			return false, err
+		}
+	}
 	return len(after) > len(before), nil
+}
+
+// inOrder renames the file the diff wrote (named by the clock) to follow
+// the newest one before it when the clock sorts it earlier (a file dated
+// ahead, a clock behind): migrate apply refuses a file older than the
+// newest applied one.
+func inOrder(d *atlasmigrate.LocalDir, newest, written atlasmigrate.File) error {
+	if written.Version() > newest.Version() {
+		return nil
+	}
+	at, err := time.Parse("20060102150405", newest.Version())
+	if err != nil {
+		return nil // not a timestamp: left as it is
+	}
+	name := at.Add(time.Second).Format("20060102150405") + strings.TrimPrefix(written.Name(), written.Version())
+	if err := d.WriteFile(name, written.Bytes()); err != nil {
+		return err
+	}
+	if err := os.Remove(filepath.Join(d.Path(), written.Name())); err != nil {
+		return err
+	}
+	sum, err := d.Checksum()
+	if err != nil {
+		return err
+	}
+	return atlasmigrate.WriteSumFile(d, sum)
 }
 
 // pkNames renames primary-key constraints to the names the schemas declare
@@ -73,14 +107,32 @@ func (p *pkNames) hook(next schema.Differ) schema.Differ {
 			if !ok || t.PrimaryKey == nil {
 				continue
 			}
-			if cur, ok := current.Table(t.Name); ok && cur.PrimaryKey != nil && cur.PrimaryKey.Name != "" && cur.PrimaryKey.Name != n {
-				p.renames = append(p.renames, fmt.Sprintf("-- Rename the primary key of %q\nALTER TABLE %q RENAME CONSTRAINT %q TO %q;\n",
-					t.Name, t.Name, cur.PrimaryKey.Name, n))
+			from := ""
+			if cur, ok := current.Table(t.Name); !ok {
+				// A new table: the open-source Atlas writes its PRIMARY KEY
+				// without the name, so PostgreSQL names it <table>_pkey.
+				from = defaultPKName(t.Name)
+			} else if cur.PrimaryKey != nil {
+				from = cur.PrimaryKey.Name
 			}
-			t.PrimaryKey.Name = n // a new table's PRIMARY KEY gets its name (CONSTRAINT … PRIMARY KEY)
+			if from != "" && from != n {
+				p.renames = append(p.renames, fmt.Sprintf("-- Rename the primary key of %q\nALTER TABLE %q RENAME CONSTRAINT %q TO %q;\n",
+					t.Name, t.Name, from, n))
+			}
+			t.PrimaryKey.Name = n
 		}
 		return next.Diff(current, desired)
 	})
+}
+
+// defaultPKName is the name PostgreSQL gives the primary key of table when
+// its CREATE TABLE names none (<table>_pkey, within NAMEDATALEN - 1 bytes).
+func defaultPKName(table string) string {
+	const max = 63 - len("_pkey")
+	if len(table) > max {
+		table = table[:max]
+	}
+	return table + "_pkey"
 }
 
 // write adds the renames to the file this diff wrote, or to a new file,
