@@ -171,11 +171,20 @@ func TestOffsetCommitsFailingForAWhile(t *testing.T) {
 		}
 		fault.Remove()
 		committed := commits(r, "stored", "committed")
-		kafkatest.Eventually(t, 30*time.Second, func() bool {
-			return r.Counter("pin_consumer_messages_total", map[string]string{"outcome": "skipped-duplicate"}) == 15
-		}, "the 15 messages applied since the last commit to come again, as duplicates")
+		// What the member applied since its last commit comes again and is
+		// skipped as duplicates — all 15, unless librdkafka's resent
+		// commit lands once the coordinator answers, before the
+		// redelivery (seen under load in CI): then fewer. Either way the
+		// group ends committed past all 30, each applied once.
+		kafkatest.Eventually(t, 30*time.Second, func() bool { return e.committed() == 30 },
+			"the group committed past the 30 messages once the coordinator answers again (have %d)", e.committed())
 		kafkatest.Eventually(t, 30*time.Second, func() bool { return commits(r, "stored", "committed") > committed },
 			"a commit to go through once the coordinator answers again")
+		dups := r.Counter("pin_consumer_messages_total", map[string]string{"outcome": "skipped-duplicate"})
+		if dups > 15 {
+			t.Fatalf("skipped-duplicate = %v, want at most the 15 applied since the last commit", dups)
+		}
+		t.Logf("%v of the 15 messages applied since the last commit came again as duplicates", dups)
 		e.restartAndSettle(r, leadID, 30)
 	})
 
