@@ -447,11 +447,18 @@ type logWatch struct {
 	w     io.Writer
 	match string
 	seen  *atomic.Bool
+	line  func(map[string]any) // when set, gets every line, decoded
 }
 
 func (l logWatch) Write(p []byte) (int, error) {
 	if bytes.Contains(p, []byte(l.match)) {
 		l.seen.Store(true)
+	}
+	if l.line != nil {
+		var m map[string]any
+		if json.Unmarshal(p, &m) == nil {
+			l.line(m)
+		}
 	}
 	return l.w.Write(p)
 }
@@ -459,7 +466,13 @@ func (l logWatch) Write(p []byte) (int, error) {
 // watchedLogger is a console logger (as consumertest's, at info) that sets
 // seen once a line holding match is logged.
 func watchedLogger(match string, seen *atomic.Bool) *zerolog.Logger {
-	l := zerolog.New(logWatch{zerolog.ConsoleWriter{Out: os.Stderr, NoColor: true}, match, seen}).
+	return recordingLogger(match, seen, nil)
+}
+
+// recordingLogger is watchedLogger that also hands every line, decoded,
+// to line.
+func recordingLogger(match string, seen *atomic.Bool, line func(map[string]any)) *zerolog.Logger {
+	l := zerolog.New(logWatch{zerolog.ConsoleWriter{Out: os.Stderr, NoColor: true}, match, seen, line}).
 		Level(zerolog.InfoLevel).With().Timestamp().Logger()
 	return &l
 }
