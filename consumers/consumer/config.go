@@ -64,24 +64,10 @@ type Config struct {
 }
 
 // MaxBatchSize bounds CONSUMER_BATCH_SIZE (New clamps a Config's too): a
-// transaction carries at most MaxKeysPerTransaction messages, and so keys.
+// shared transaction carries up to sharedLimit batches, each a run of
+// statements over its messages' rows (setsql.go: one array parameter per
+// column, so no bound of the protocol's comes near).
 const MaxBatchSize = 1000
-
-// MaxKeysPerTransaction is how many messages, and so rows of a table, one
-// transaction can carry: a shared transaction takes up to sharedLimit
-// batches. A service may write them with one unchunked statement of up
-// to MaxParamsPerKey bind parameters per row (its IN lists, its CASE
-// updates: id, then a WHEN/THEN pair per set column and per condition);
-// bulk inserts go through Chunks.
-const MaxKeysPerTransaction = sharedLimit * MaxBatchSize
-
-// MaxParamsPerKey is the bound on an unchunked statement's parameters per
-// row that MaxKeysPerTransaction keeps under MaxParams.
-const MaxParamsPerKey = MaxParams / MaxKeysPerTransaction
-
-// Raising MaxBatchSize or sharedLimit past what leaves the services' CASE
-// updates (7 parameters a row at most) under MaxParams fails to compile.
-const _ = uint(MaxParamsPerKey - 7)
 
 // DefaultTransactions is CONSUMER_TRANSACTIONS's default: two
 // transactions at a time, each carrying the batches of every partition

@@ -32,9 +32,11 @@ type DBOptions struct {
 	Logger *zerolog.Logger
 }
 
-// DefaultStatementCache is DATABASE_STATEMENT_CACHE's default: room for a
-// consumer's statements at every batch size (the IN lists of a batch
-// change a statement's text with its size) on each connection.
+// DefaultStatementCache is DATABASE_STATEMENT_CACHE's default: far more
+// than the dozen texts a consumer runs again (setsql.go: one per
+// statement, whatever the batch's size), so that a service with more, or
+// a text per size that a future statement brings back, still finds them
+// prepared.
 const DefaultStatementCache = 512
 
 // OpenDB opens the consumers' PostgreSQL pool for dsn (DATABASE_URL).
@@ -158,6 +160,7 @@ type textJSONConn struct {
 // pqConn is what lib/pq's connection implements beyond driver.Conn.
 type pqConn interface {
 	driver.ConnBeginTx
+	driver.Tx // its BeginTx returns the connection itself
 	driver.ConnPrepareContext
 	driver.QueryerContext
 	driver.ExecerContext
@@ -189,8 +192,34 @@ func (c *textJSONConn) CheckNamedValue(nv *driver.NamedValue) error {
 	return c.pc.CheckNamedValue(nv)
 }
 
+// beginCustomPlans begins a transaction as lib/pq does (READ WRITE: a
+// standby refuses it at once), whose statements are planned for
+// their arguments at every execution, prepared ones included.
+const beginCustomPlans = "BEGIN READ WRITE; SET LOCAL plan_cache_mode = force_custom_plan"
+
+// BeginTx begins a transaction. With the statement cache on, its
+// statements are planned at every execution, for their arguments
+// (plan_cache_mode = force_custom_plan, set in the BEGIN's own round trip
+// and for the transaction only, so that no pooler's server connection
+// keeps it). PostgreSQL would otherwise settle, after a prepared
+// statement's fifth execution, on a generic plan made once with the
+// statistics of that moment: a table that was empty then (a fresh
+// replica filling from the topic's start, before autovacuum's first
+// ANALYZE) keeps a sequential scan as it grows, every transaction reading
+// the whole table (bench/README.md, "Fixed statement texts"). The
+// statements are fixed texts over arrays (setsql.go), cheap to plan; the
+// cache still saves their parse and analysis.
 func (c *textJSONConn) BeginTx(ctx context.Context, opts driver.TxOptions) (driver.Tx, error) {
-	return c.pc.BeginTx(ctx, opts)
+	if c.cache == nil || opts != (driver.TxOptions{}) {
+		return c.pc.BeginTx(ctx, opts)
+	}
+	if _, err := c.pc.ExecContext(ctx, beginCustomPlans, nil); err != nil {
+		// A BEGIN that ran before the SET failed leaves the connection in
+		// a failed transaction: end it, or lib/pq's next BEGIN refuses.
+		_, _ = c.pc.ExecContext(context.WithoutCancel(ctx), "ROLLBACK", nil)
+		return nil, err
+	}
+	return c.pc, nil // lib/pq's connection is its own transaction, as its BeginTx returns
 }
 
 func (c *textJSONConn) PrepareContext(ctx context.Context, query string) (driver.Stmt, error) {

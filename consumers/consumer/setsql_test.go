@@ -2,80 +2,123 @@ package consumer
 
 import (
 	"bytes"
+	"context"
+	"database/sql"
+	"strings"
 	"testing"
+	"time"
 
-	"entgo.io/ent/dialect"
-	"entgo.io/ent/dialect/sql"
 	"github.com/google/uuid"
+	_ "github.com/lib/pq"
+
+	"github.com/pin-platform/pin/migrate/pgtest"
 )
 
-func TestCaseByKeyAndSortedIDs(t *testing.T) {
+func TestSortedIDs(t *testing.T) {
 	a, b := uuid.MustParse("00000000-0000-4000-8000-000000000002"), uuid.MustParse("00000000-0000-4000-8000-000000000001")
 	ids := SortedIDs(map[uuid.UUID]int64{a: 7, b: 8})
 	if len(ids) != 2 || bytes.Compare(ids[0][:], ids[1][:]) >= 0 {
 		t.Fatalf("SortedIDs = %v, want byte order", ids)
 	}
-	values := map[uuid.UUID]any{a: int64(7), b: nil}
-	sb := sql.Dialect(dialect.Postgres).Update("t").Set("v", sql.ExprFunc(func(x *sql.Builder) {
-		CaseByKey(x, "id", ids, "bigint", func(id uuid.UUID) any { return values[id] })
-	}))
-	q, args := sb.Query()
-	// ent writes a nil argument as NULL: typed by the cast all the same.
-	want := `UPDATE "t" SET "v" = CASE "id" WHEN $1 THEN NULL::bigint WHEN $2 THEN $3::bigint END`
-	if q != want {
-		t.Fatalf("query\n%s\nwant\n%s", q, want)
+}
+
+// One statement text whatever the number of rows: what the statement
+// cache keeps prepared.
+func TestInsertRowsHasOneTextForAnyNumberOfRows(t *testing.T) {
+	texts := map[string]bool{}
+	for _, n := range []int{1, 2, 77, 1000} {
+		var ids, names Array
+		for i := range n {
+			ids.UUID(uuid.New())
+			names.Text(strings.Repeat("x", i%5))
+		}
+		q, args := InsertRows("t", []Column{
+			{Name: "id", Type: "uuid", Values: &ids},
+			{Name: "members", Type: "text", Cast: "uuid[]", Values: &names},
+		}, " ON CONFLICT (id) DO NOTHING ")
+		texts[q] = true
+		if len(args) != 2 {
+			t.Fatalf("%d rows: %d arguments, want 2", n, len(args))
+		}
 	}
-	if len(args) != 3 || args[0] != b || args[1] != a || args[2] != int64(7) {
-		t.Fatalf("args %v", args)
+	want := `INSERT INTO "t" ("id", "members") SELECT u."id", u."members"::uuid[] FROM unnest($1::uuid[], $2::text[]) AS u("id", "members") ON CONFLICT (id) DO NOTHING`
+	if len(texts) != 1 || !texts[want] {
+		t.Fatalf("texts %v, want the one\n%s", texts, want)
 	}
 }
 
-// CaseOf, joined inside a larger expression after an argument of its own,
-// numbers its arguments on from it.
-func TestCaseOfNumbersItsArgumentsInsideAnExpression(t *testing.T) {
-	a, b := uuid.MustParse("00000000-0000-4000-8000-000000000001"), uuid.MustParse("00000000-0000-4000-8000-000000000002")
-	rows := map[uuid.UUID]struct{ n int64 }{a: {1}, b: {2}}
-	ids := SortedIDs(rows)
-	q, args := sql.Dialect(dialect.Postgres).Update("t").
-		Set("v", sql.ExprFunc(func(x *sql.Builder) {
-			x.Ident("v").WriteString(" + ").Arg(int64(10)).WriteString(" + ").
-				Join(CaseOf("id", ids, rows, "bigint", func(r struct{ n int64 }) any { return r.n }))
-		})).
-		Where(sql.EQ("w", "x")).Query()
-	want := `UPDATE "t" SET "v" = "v" + $1 + CASE "id" WHEN $2 THEN $3::bigint WHEN $4 THEN $5::bigint END WHERE "w" = $6`
-	if q != want {
-		t.Fatalf("query\n%s\nwant\n%s", q, want)
+func TestArrayLiteral(t *testing.T) {
+	var a Array
+	if v, _ := a.Value(); v != "{}" {
+		t.Fatalf("empty: %v", v)
 	}
-	if len(args) != 6 || args[0] != int64(10) || args[1] != a || args[2] != int64(1) || args[3] != b || args[4] != int64(2) || args[5] != "x" {
-		t.Fatalf("args %v", args)
+	id := uuid.MustParse("0aa1b2c3-d4e5-4f60-8172-8394a5b6c7d8")
+	a.UUID(id)
+	a.Text(`say "hi" \ bye`)
+	a.Null()
+	a.Int(-42)
+	a.Time(time.Date(2026, 12, 2, 10, 0, 0, 123456789, time.FixedZone("", 3*3600)))
+	a.UUIDs([]uuid.UUID{id, id})
+	v, _ := a.Value()
+	want := `{0aa1b2c3-d4e5-4f60-8172-8394a5b6c7d8,"say \"hi\" \\ bye",NULL,-42,"2026-12-02T10:00:00.123456789+03:00","{0aa1b2c3-d4e5-4f60-8172-8394a5b6c7d8,0aa1b2c3-d4e5-4f60-8172-8394a5b6c7d8}"}`
+	if v != want || a.Len() != 6 {
+		t.Fatalf("literal\n%v\nwant\n%s (len %d)", v, want, a.Len())
 	}
 }
 
-func TestChunksKeepEveryStatementUnderPostgreSQLsParameterLimit(t *testing.T) {
-	rows := make([]int, 70000)
-	for i := range rows {
-		rows[i] = i
+// PostgreSQL reads the arrays back as they were written: awkward text,
+// NULLs, times to the microsecond, uuid[] per row.
+func TestSetBasedStatementsRoundTripOnPostgreSQL(t *testing.T) {
+	db, err := sql.Open("postgres", pgtest.NewDB(t))
+	if err != nil {
+		t.Fatal(err)
 	}
-	for _, per := range []int{1, 7, 9, 65535, 70000} {
-		got := Chunks(rows, per)
-		n, next := 0, 0
-		for _, c := range got {
-			if len(c) == 0 || len(c)*per > MaxParams && len(c) > 1 {
-				t.Fatalf("%d params a row: a chunk of %d rows", per, len(c))
-			}
-			for _, v := range c {
-				if v != next {
-					t.Fatalf("%d params a row: row %d where %d was due (order or loss)", per, v, next)
-				}
-				next++
-			}
-			n += len(c)
-		}
-		if n != len(rows) {
-			t.Fatalf("%d params a row: %d rows in the chunks, want %d", per, n, len(rows))
-		}
+	defer db.Close()
+	ctx := context.Background()
+	if _, err := db.ExecContext(ctx, `CREATE TABLE t (id uuid PRIMARY KEY, s text, at timestamptz, n bigint, members uuid[] NOT NULL)`); err != nil {
+		t.Fatal(err)
 	}
-	if got := Chunks([]int{}, 5); len(got) != 0 {
-		t.Fatalf("no rows: %d chunks", len(got))
+	at := time.Date(2026, 12, 2, 10, 0, 0, 123456789, time.UTC)
+	texts := []string{`"quoted" and \back\slashed`, "кириллица, comma {brace}", "", "NULL"}
+	var ids, ss, ats, ns, members Array
+	var all []uuid.UUID
+	for i, s := range texts {
+		id := uuid.New()
+		all = append(all, id)
+		ids.UUID(id)
+		ss.Text(s)
+		if i == 1 {
+			ats.Null()
+		} else {
+			ats.Time(at)
+		}
+		ns.Int(int64(i) - 1)
+		members.UUIDs(all)
+	}
+	q, args := InsertRows("t", []Column{
+		{Name: "id", Type: "uuid", Values: &ids},
+		{Name: "s", Type: "text", Values: &ss},
+		{Name: "at", Type: "timestamptz", Values: &ats},
+		{Name: "n", Type: "bigint", Values: &ns},
+		{Name: "members", Type: "text", Cast: "uuid[]", Values: &members},
+	}, "")
+	if _, err := db.ExecContext(ctx, q, args...); err != nil {
+		t.Fatalf("%s: %v", q, err)
+	}
+	for i, id := range all {
+		var s string
+		var got sql.NullTime
+		var n int64
+		var nm int
+		if err := db.QueryRowContext(ctx, `SELECT s, at, n, cardinality(members) FROM t WHERE id = ANY($1::uuid[]) AND $2 = ANY(members)`,
+			UUIDArray([]uuid.UUID{id}), id.String()).Scan(&s, &got, &n, &nm); err != nil {
+			t.Fatalf("row %d: %v", i, err)
+		}
+		if s != texts[i] || n != int64(i)-1 || nm != i+1 {
+			t.Fatalf("row %d: %q %d %d, want %q %d %d", i, s, n, nm, texts[i], i-1, i+1)
+		}
+		if i == 1 && got.Valid || i != 1 && !got.Time.Equal(at.Round(time.Microsecond)) {
+			t.Fatalf("row %d: at %v", i, got)
+		}
 	}
 }

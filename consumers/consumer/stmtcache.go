@@ -22,14 +22,15 @@ import (
 // ran last prepared on the server (DATABASE_STATEMENT_CACHE of them, least
 // recently used evicted), as pgx does by default. A statement with
 // arguments then costs PostgreSQL a Bind and an Execute, not a Parse, an
-// analysis and a plan: in a profile of rewards under load these were a
+// analysis (its plan is still made for the arguments: BeginTx): in a
+// profile of rewards under load parsing, analysing and planning were a
 // third of PostgreSQL's CPU (bench/README.md, "Earlier findings").
 // A statement without arguments (BEGIN, COMMIT, a plain query) still goes
 // through the simple protocol, and a statement is prepared only the second
-// time its connection sees it: the IN lists and VALUES rows of a batch
-// make a statement's text depend on the batch's size (messenger's on two
-// sizes), and a text seen once is likely never seen again; preparing it
-// would cost a round trip, and a second one to evict it later.
+// time its connection sees it: a text seen once (a statement built for
+// one occasion) is likely never seen again; preparing it would cost a
+// round trip, and a second one to evict it later. The services'
+// statements have one text whatever the batch's size (setsql.go).
 //
 // PostgreSQL re-plans a prepared statement by itself when a table it uses
 // changes. The one change it refuses is a new result type ("cached plan
@@ -83,8 +84,8 @@ type cachedStmt struct {
 }
 
 // stmtKey names a statement's text by two seeded 64-bit hashes: the cache
-// does not keep the texts (a batch's statements run to kilobytes, one per
-// batch size, on every connection: most of what the cache would hold). Two
+// does not keep the texts (a statement built for one occasion may run to
+// kilobytes, on every connection: most of what the cache would hold). Two
 // texts share a key with a probability of about n²/2¹²⁹ for n texts; the
 // texts are the consumers' own SQL, never data.
 type stmtKey [2]uint64

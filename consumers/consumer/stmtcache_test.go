@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/google/uuid"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/pin-platform/pin/consumers/consumer"
@@ -260,5 +261,75 @@ func refusesWhileOpen(t *testing.T, c *sql.Conn, open string, openArgs []any) {
 	var n int
 	if err := c.QueryRowContext(ctx, `SELECT $1::int`, 5).Scan(&n); err != nil || n != 5 {
 		t.Fatalf("after the rows closed: %d, %v", n, err)
+	}
+}
+
+// A prepared statement is planned for the table as it is at each
+// execution: PostgreSQL's generic plan, made once, would keep the
+// sequential scan it chose while the table was empty for as long as no
+// ANALYZE comes, reading the whole table on every transaction as the
+// table fills (a fresh replica replaying its topic).
+func TestPreparedStatementsArePlannedForTheTableAsItIsNow(t *testing.T) {
+	ctx := context.Background()
+	db, reg := cachePool(t, pgtest.NewDB(t), 16)
+	c := pinned(t, db)
+	for _, q := range []string{
+		`CREATE TABLE grows (id uuid PRIMARY KEY, pad text) WITH (autovacuum_enabled = false)`,
+		`VACUUM ANALYZE grows`, // empty, and known to be: a scan is the cheapest plan
+	} {
+		if _, err := c.ExecContext(ctx, q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	id := uuid.New()
+	lookup := func() {
+		t.Helper()
+		tx, err := c.BeginTx(ctx, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer tx.Rollback()
+		var mode string
+		if err := tx.QueryRowContext(ctx, `SHOW plan_cache_mode`).Scan(&mode); err != nil || mode != "force_custom_plan" {
+			t.Fatalf("plan_cache_mode in a transaction = %q (%v), want force_custom_plan", mode, err)
+		}
+		var n int
+		if err := tx.QueryRowContext(ctx, `SELECT count(*) FROM grows WHERE id = ANY($1::uuid[])`, consumer.UUIDArray([]uuid.UUID{id})).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for range 10 { // prepared from the second; past the five custom plans after which PostgreSQL would take its generic one
+		lookup()
+	}
+	if cacheCount(t, reg, "hit") < 8 {
+		t.Fatalf("the lookup ran prepared %v times, want 8", cacheCount(t, reg, "hit"))
+	}
+	if _, err := c.ExecContext(ctx, `INSERT INTO grows SELECT gen_random_uuid(), repeat('x', 100) FROM generate_series(1, 50000)`); err != nil {
+		t.Fatal(err)
+	}
+	scans := func() int64 {
+		t.Helper()
+		// This backend's counts reach the shared statistics at its
+		// next transaction's end.
+		if _, err := c.ExecContext(ctx, `SELECT pg_stat_force_next_flush()`); err != nil {
+			t.Fatal(err)
+		}
+		var n int64
+		if err := db.QueryRowContext(ctx, `SELECT seq_scan FROM pg_stat_user_tables WHERE relname = 'grows'`).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	before := scans()
+	for range 5 {
+		lookup()
+	}
+	if after := scans(); after != before {
+		t.Fatalf("%d sequential scans of the grown table by 5 lookups of one key: a plan made for the empty table", after-before)
+	}
+	// Outside a transaction the session keeps the server's setting.
+	var mode string
+	if err := c.QueryRowContext(ctx, `SHOW plan_cache_mode`).Scan(&mode); err != nil || mode != "auto" {
+		t.Fatalf("plan_cache_mode outside a transaction = %q (%v), want the server's auto", mode, err)
 	}
 }

@@ -99,7 +99,7 @@ func read(ctx context.Context, tx *ent.Tx, msgs []*consumer.Message) (*view, err
 		Lead   uuid.UUID `json:"lead_id"`
 	}
 	if err := tx.LeadEvent.Query().
-		Where(leadevent.SourceMessageIDIn(msgIDs...)).
+		Where(consumer.AnyOf(leadevent.FieldSourceMessageID, "uuid", consumer.UUIDArray(msgIDs))).
 		Select(leadevent.FieldSourceMessageID, leadevent.FieldLeadID).
 		Scan(ctx, &have); err != nil {
 		return nil, err

@@ -6,13 +6,12 @@ import (
 	"fmt"
 	"time"
 
-	"entgo.io/ent/dialect"
-	"entgo.io/ent/dialect/sql"
 	"github.com/google/uuid"
 
 	"github.com/pin-platform/pin/consumers/consumer"
 	"github.com/pin-platform/pin/ent"
 	"github.com/pin-platform/pin/ent/lead"
+	"github.com/pin-platform/pin/ent/leadevent"
 )
 
 // FeedEntry is a lead_events row to append.
@@ -88,25 +87,14 @@ type queuedEntry struct {
 	payload []byte
 }
 
-// create is the INSERT of the row: the entry's tenant is the lead's.
-func (r queuedEntry) create(tx *ent.Tx, now time.Time) *ent.LeadEventCreate {
-	return tx.LeadEvent.Create().
-		SetID(r.id).
-		SetLeadID(r.l.ID).
-		SetTenantID(r.l.TenantID).
-		SetType(string(r.e.Type)).
-		SetOccurredAt(r.e.OccurredAt).
-		SetSourceMessageID(r.e.SourceMessageID).
-		SetPayload(r.payload).
-		SetCreatedAt(now)
-}
-
-// write is the service's Write: it writes what the transaction queued (spec step 5): the leads first
-// (claimLeads), then the feed rows with one INSERT. The INSERT has no ON
-// CONFLICT: an entry of the same message that another processor wrote
-// since Read looked is a unique violation, a lost race, and the runtime
-// runs the transaction again, where Read finds the entry and the
-// message is skipped as a duplicate.
+// write is the service's Write: it writes what the transaction queued
+// (spec step 5): the leads first (claimLeads), then the feed rows with one
+// INSERT of one text whatever the number of rows (consumer.InsertRows); an
+// entry's tenant is its lead's (CRM-4). The INSERT has no ON CONFLICT: an
+// entry of the same message that another processor wrote since Read
+// looked is a unique violation, a lost race, and the runtime runs the
+// transaction again, where Read finds the entry and the message is
+// skipped as a duplicate.
 func write(ctx context.Context, tx *ent.Tx, v *view) error {
 	w := &v.writes
 	if len(w.rows) == 0 {
@@ -115,27 +103,51 @@ func write(ctx context.Context, tx *ent.Tx, v *view) error {
 	if err := w.claimLeads(ctx, tx); err != nil {
 		return err
 	}
-	creates := make([]*ent.LeadEventCreate, len(w.rows))
-	for i, r := range w.rows {
-		creates[i] = r.create(tx, w.now)
+	var ids, leads, tenants, types, occurred, sources, payloads, created consumer.Array
+	for _, r := range w.rows {
+		ids.UUID(r.id)
+		leads.UUID(r.l.ID)
+		tenants.UUID(r.l.TenantID)
+		types.Text(string(r.e.Type))
+		occurred.Time(r.e.OccurredAt)
+		sources.UUID(r.e.SourceMessageID)
+		payloads.Text(string(r.payload))
+		created.Time(w.now)
 	}
-	for _, part := range consumer.Chunks(creates, 9) { // 9 columns a feed entry
-		if err := tx.LeadEvent.CreateBulk(part...).Exec(ctx); err != nil {
-			return fmt.Errorf("insert the transaction's %d feed entries: %w", len(w.rows), err)
-		}
+	q, args := consumer.InsertRows(leadevent.Table, []consumer.Column{
+		{Name: leadevent.FieldID, Type: "uuid", Values: &ids},
+		{Name: leadevent.FieldLeadID, Type: "uuid", Values: &leads},
+		{Name: leadevent.FieldTenantID, Type: "uuid", Values: &tenants},
+		{Name: leadevent.FieldType, Type: "text", Values: &types},
+		{Name: leadevent.FieldOccurredAt, Type: "timestamptz", Values: &occurred},
+		{Name: leadevent.FieldSourceMessageID, Type: "uuid", Values: &sources},
+		{Name: leadevent.FieldPayload, Type: "jsonb", Values: &payloads},
+		{Name: leadevent.FieldCreatedAt, Type: "timestamptz", Values: &created},
+	}, "")
+	if _, err := tx.ExecContext(ctx, q, args...); err != nil {
+		return fmt.Errorf("insert the transaction's %d feed entries: %w", len(w.rows), err)
 	}
 	return nil
 }
 
-// claimLeads updates the transaction's leads with one UPDATE — row_version
-// + the lead's appends, last_event_at = greatest(last_event_at, its newest
-// OccurredAt) so that it only moves forward (CRM-3), updated_at —
-// conditioned per lead on the row_version read and on status Active
-// (CRM-1, CRM-6). Read locked the leads, so the condition holds; a
-// lead it misses is re-read, as the spec says: gone →
-// CRM_SELECTION_LEAD_NOT_FOUND, no longer Active → CRM_LEAD_NOT_ACTIVE,
-// else CRM_CONCURRENT_UPDATE, the failure of the transaction's first
-// append to the lead.
+// claimSQL updates a transaction's leads with one UPDATE: $1 their ids in
+// id order, $2 updated_at, then, lead by lead, its appends, its newest
+// OccurredAt and the row_version read.
+const claimSQL = `UPDATE leads AS l
+SET updated_at = $2, row_version = l.row_version + u.n, last_event_at = GREATEST(l.last_event_at, u.newest)
+FROM unnest($1::uuid[], $3::bigint[], $4::timestamptz[], $5::bigint[]) AS u(id, n, newest, read)
+WHERE l.id = u.id AND l.status = 'Active' AND l.row_version = u.read
+RETURNING l.id`
+
+// claimLeads updates the transaction's leads with one UPDATE (claimSQL) —
+// row_version + the lead's appends, last_event_at = greatest(last_event_at,
+// its newest OccurredAt) so that it only moves forward (CRM-3; GREATEST
+// ignores NULL: a first event sets it), updated_at — conditioned per lead
+// on the row_version read and on status Active (CRM-1, CRM-6). Read locked
+// the leads, so the condition holds; a lead it misses is re-read, as the
+// spec says: gone → CRM_SELECTION_LEAD_NOT_FOUND, no longer Active →
+// CRM_LEAD_NOT_ACTIVE, else CRM_CONCURRENT_UPDATE, the failure of the
+// transaction's first append to the lead.
 func (w *writes) claimLeads(ctx context.Context, tx *ent.Tx) error {
 	ids := consumer.SortedIDs(w.bumps)
 	if testHookBeforeWrite != nil {
@@ -143,34 +155,14 @@ func (w *writes) claimLeads(ctx context.Context, tx *ent.Tx) error {
 			testHookBeforeWrite(ctx, id)
 		}
 	}
-	in := make([]any, len(ids))
-	for i, id := range ids {
-		in[i] = id
+	var ns, newest, reads consumer.Array
+	for _, id := range ids {
+		bp := w.bumps[id]
+		ns.Int(bp.n)
+		newest.Time(bp.newest)
+		reads.Int(bp.version)
 	}
-	// CASE id WHEN … THEN … END: one value per lead, in one statement.
-	byLead := func(cast string, v func(*bump) any) sql.Querier {
-		return consumer.CaseOf(lead.FieldID, ids, w.bumps, cast, v)
-	}
-	query, args := sql.Dialect(dialect.Postgres).Update(lead.Table).
-		Set(lead.FieldUpdatedAt, w.now).
-		Set(lead.FieldRowVersion, sql.ExprFunc(func(sb *sql.Builder) {
-			sb.Ident(lead.FieldRowVersion).WriteString(" + ").Join(byLead("bigint", func(bp *bump) any { return bp.n }))
-		})).
-		Set(lead.FieldLastEventAt, sql.ExprFunc(func(sb *sql.Builder) {
-			// GREATEST ignores NULL: a first event sets it.
-			sb.WriteString("GREATEST(").Ident(lead.FieldLastEventAt).Comma().
-				Join(byLead("timestamptz", func(bp *bump) any { return bp.newest })).WriteByte(')')
-		})).
-		Where(sql.And(
-			sql.In(lead.FieldID, in...),
-			sql.EQ(lead.FieldStatus, StatusActive),
-			sql.P(func(sb *sql.Builder) {
-				sb.Ident(lead.FieldRowVersion).WriteString(" = ").Join(byLead("bigint", func(bp *bump) any { return bp.version }))
-			}),
-		)).
-		Returning(lead.FieldID).
-		Query()
-	rows, err := tx.QueryContext(ctx, query, args...)
+	rows, err := tx.QueryContext(ctx, claimSQL, consumer.UUIDArray(ids), w.now, &ns, &newest, &reads)
 	if err != nil {
 		return fmt.Errorf("update the transaction's %d leads: %w", len(ids), err)
 	}

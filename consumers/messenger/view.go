@@ -48,7 +48,7 @@ func read(ctx context.Context, tx *ent.Tx, msgs []*consumer.Message) (*view, err
 	if len(leads) == 0 {
 		return v, nil
 	}
-	chats, err := tx.Chat.Query().Where(chat.LeadIDIn(leads...)).All(ctx)
+	chats, err := tx.Chat.Query().Where(consumer.AnyOf(chat.FieldLeadID, "uuid", consumer.UUIDArray(leads))).All(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -63,7 +63,7 @@ func read(ctx context.Context, tx *ent.Tx, msgs []*consumer.Message) (*view, err
 	if len(ids) == 0 {
 		return v, nil
 	}
-	rows, err := tx.ChatParticipant.Query().Where(chatparticipant.ChatIDIn(ids...)).All(ctx)
+	rows, err := tx.ChatParticipant.Query().Where(consumer.AnyOf(chatparticipant.FieldChatID, "uuid", consumer.UUIDArray(ids))).All(ctx)
 	if err != nil {
 		return nil, err
 	}

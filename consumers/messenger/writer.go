@@ -6,17 +6,15 @@ import (
 	"maps"
 	"time"
 
-	"entgo.io/ent/dialect"
-	"entgo.io/ent/dialect/sql"
 	"github.com/google/uuid"
 	"github.com/lib/pq"
 	"github.com/rs/zerolog"
 
 	"github.com/pin-platform/pin/consumers/consumer"
 	"github.com/pin-platform/pin/ent"
-	"github.com/pin-platform/pin/ent/chat"
+	"github.com/pin-platform/pin/ent/chatevent"
 	"github.com/pin-platform/pin/ent/chatparticipant"
-	"github.com/pin-platform/pin/schema/uuidarray"
+	"github.com/pin-platform/pin/ent/chatpush"
 )
 
 // writes are the writes a transaction's handlers queued on its view, after
@@ -132,12 +130,6 @@ type queuedPush struct {
 	recipients, revoked []uuid.UUID
 }
 
-func (p queuedPush) create(tx *ent.Tx) *ent.ChatPushCreate {
-	return tx.ChatPush.Create().SetID(p.id).SetCreatedAt(p.at).SetChatID(p.chatID).
-		SetRecipientUserIds(uuidarray.UUIDs(p.recipients)).
-		SetRevokedUserIds(uuidarray.UUIDs(p.revoked))
-}
-
 // queuedFact is the chat_events row of fact f, of message messageID in
 // chat chatID, at the snapshot's ChangedAt.
 type queuedFact struct {
@@ -146,75 +138,104 @@ type queuedFact struct {
 	f                 fact
 }
 
-func (q queuedFact) create(tx *ent.Tx) *ent.ChatEventCreate {
-	return tx.ChatEvent.Create().
-		SetChatID(q.chatID).
-		SetType(q.f.Type).
-		SetUserID(q.f.UserID).
-		SetRole(q.f.Role).
-		SetNillablePreviousRole(q.f.PreviousRole).
-		SetOccurredAt(q.at).
-		SetSourceMessageID(q.messageID)
-}
-
-// write is the service's Write: it writes what the transaction queued, a statement per kind: it
-// claims the chats (claimChats, one conditional UPDATE), then writes the
-// new and changed member rows (one upsert), the feed facts, the
-// chat_updates rows, and one pg_notify per row (one SELECT). With the
-// chats claimed nobody else writes their members meanwhile; any other
-// surprise fails the transaction, whose messages the runtime then runs
-// again in smaller transactions.
+// write is the service's Write: it writes what the transaction queued, a
+// statement per kind, each of one text whatever the number of rows
+// (consumer.InsertRows): it claims the chats (claimChats, one conditional
+// UPDATE), then writes the new and changed member rows (one upsert), the
+// feed facts, the chat_updates rows, and one pg_notify per row (one
+// SELECT). With the chats claimed nobody else writes their members
+// meanwhile; any other surprise fails the transaction, whose messages the
+// runtime then runs again in smaller transactions.
 func write(ctx context.Context, tx *ent.Tx, v *view) error {
 	w := &v.writes
 	if err := w.claimChats(ctx, tx); err != nil {
 		return err
 	}
 	if len(w.inserts)+len(w.updates) > 0 {
-		// New and changed member rows in one upsert on the primary key:
-		// a changed row conflicts on its id and takes the new role,
-		// joined_at and removed_at; a new one is inserted (and a second
-		// row for a (chat, user) pair fails the unique index, and the
-		// transaction, as a plain INSERT would). Member rows are never
+		// New and changed member rows in one upsert on the primary key,
+		// in id order: a changed row conflicts on its id and takes the new
+		// role, joined_at and removed_at; a new one is inserted (and a
+		// second row for a (chat, user) pair fails the unique index, and
+		// the transaction, as a plain INSERT would). Member rows are never
 		// deleted (removal is soft, MSG-5); one deleted by hand meanwhile
 		// would be written back as the view sees it.
 		rows := make(map[uuid.UUID]*ent.ChatParticipant, len(w.inserts)+len(w.updates))
 		maps.Copy(rows, w.inserts)
 		maps.Copy(rows, w.updates)
-		ids := consumer.SortedIDs(rows)
-		creates := make([]*ent.ChatParticipantCreate, len(ids))
-		for i, id := range ids {
+		var ids, chats, users, roles, joined, removed consumer.Array
+		for _, id := range consumer.SortedIDs(rows) {
 			r := rows[id]
-			creates[i] = tx.ChatParticipant.Create().
-				SetID(r.ID).SetChatID(r.ChatID).SetUserID(r.UserID).SetRole(r.Role).
-				SetJoinedAt(r.JoinedAt).SetNillableRemovedAt(r.RemovedAt)
-		}
-		for _, part := range consumer.Chunks(creates, memberParams) {
-			if err := tx.ChatParticipant.CreateBulk(part...).
-				OnConflictColumns(chatparticipant.FieldID).
-				Update(func(u *ent.ChatParticipantUpsert) { u.UpdateRole().UpdateJoinedAt().UpdateRemovedAt() }).
-				Exec(ctx); err != nil {
-				return fmt.Errorf("write the transaction's %d member rows: %w", len(ids), err)
+			ids.UUID(r.ID)
+			chats.UUID(r.ChatID)
+			users.UUID(r.UserID)
+			roles.Text(r.Role)
+			joined.Time(r.JoinedAt)
+			if r.RemovedAt != nil {
+				removed.Time(*r.RemovedAt)
+			} else {
+				removed.Null()
 			}
 		}
+		q, args := consumer.InsertRows(chatparticipant.Table, []consumer.Column{
+			{Name: chatparticipant.FieldID, Type: "uuid", Values: &ids},
+			{Name: chatparticipant.FieldChatID, Type: "uuid", Values: &chats},
+			{Name: chatparticipant.FieldUserID, Type: "uuid", Values: &users},
+			{Name: chatparticipant.FieldRole, Type: "text", Values: &roles},
+			{Name: chatparticipant.FieldJoinedAt, Type: "timestamptz", Values: &joined},
+			{Name: chatparticipant.FieldRemovedAt, Type: "timestamptz", Values: &removed},
+		}, `ON CONFLICT (id) DO UPDATE SET role = excluded.role, joined_at = excluded.joined_at, removed_at = excluded.removed_at`)
+		if _, err := tx.ExecContext(ctx, q, args...); err != nil {
+			return fmt.Errorf("write the transaction's %d member rows: %w", len(rows), err)
+		}
 	}
-	events := make([]*ent.ChatEventCreate, len(w.events))
-	for i, q := range w.events {
-		events[i] = q.create(tx)
-	}
-	for _, part := range consumer.Chunks(events, factParams) {
-		if err := tx.ChatEvent.CreateBulk(part...).Exec(ctx); err != nil {
+	if len(w.events) > 0 {
+		var ids, chats, types, users, roles, previous, occurred, sources consumer.Array
+		for _, q := range w.events {
+			ids.UUID(uuid.New())
+			chats.UUID(q.chatID)
+			types.Text(q.f.Type)
+			users.UUID(q.f.UserID)
+			roles.Text(q.f.Role)
+			if q.f.PreviousRole != nil {
+				previous.Text(*q.f.PreviousRole)
+			} else {
+				previous.Null()
+			}
+			occurred.Time(q.at)
+			sources.UUID(q.messageID)
+		}
+		q, args := consumer.InsertRows(chatevent.Table, []consumer.Column{
+			{Name: chatevent.FieldID, Type: "uuid", Values: &ids},
+			{Name: chatevent.FieldChatID, Type: "uuid", Values: &chats},
+			{Name: chatevent.FieldType, Type: "text", Values: &types},
+			{Name: chatevent.FieldUserID, Type: "uuid", Values: &users},
+			{Name: chatevent.FieldRole, Type: "text", Values: &roles},
+			{Name: chatevent.FieldPreviousRole, Type: "text", Values: &previous},
+			{Name: chatevent.FieldOccurredAt, Type: "timestamptz", Values: &occurred},
+			{Name: chatevent.FieldSourceMessageID, Type: "uuid", Values: &sources},
+		}, "")
+		if _, err := tx.ExecContext(ctx, q, args...); err != nil {
 			return fmt.Errorf("write the transaction's %d feed facts: %w", len(w.events), err)
 		}
 	}
 	if len(w.pushes) > 0 {
-		pushes := make([]*ent.ChatPushCreate, len(w.pushes))
-		for i, p := range w.pushes {
-			pushes[i] = p.create(tx)
+		var ids, chats, created, recipients, revoked consumer.Array
+		for _, p := range w.pushes {
+			ids.UUID(p.id)
+			chats.UUID(p.chatID)
+			created.Time(p.at)
+			recipients.UUIDs(p.recipients)
+			revoked.UUIDs(p.revoked)
 		}
-		for _, part := range consumer.Chunks(pushes, pushParams) {
-			if err := tx.ChatPush.CreateBulk(part...).Exec(ctx); err != nil {
-				return fmt.Errorf("write the transaction's %d chat_updates rows: %w", len(w.pushes), err)
-			}
+		q, args := consumer.InsertRows(chatpush.Table, []consumer.Column{
+			{Name: chatpush.FieldID, Type: "uuid", Values: &ids},
+			{Name: chatpush.FieldChatID, Type: "uuid", Values: &chats},
+			{Name: chatpush.FieldCreatedAt, Type: "timestamptz", Values: &created},
+			{Name: chatpush.FieldRecipientUserIds, Type: "text", Cast: "uuid[]", Values: &recipients},
+			{Name: chatpush.FieldRevokedUserIds, Type: "text", Cast: "uuid[]", Values: &revoked},
+		}, "")
+		if _, err := tx.ExecContext(ctx, q, args...); err != nil {
+			return fmt.Errorf("write the transaction's %d chat_updates rows: %w", len(w.pushes), err)
 		}
 		// Realtime, persist-then-push: the outbox rows are written with
 		// the change, and pg_notify queues "chat_updates" with each id, in
@@ -232,46 +253,42 @@ func write(ctx context.Context, tx *ent.Tx, v *view) error {
 	return nil
 }
 
+// claimSQL writes every chat of a transaction with one conditional UPDATE:
+// $1 the chats' ids in id order, then, chat by chat, its
+// lead_member_version after the transaction, its events (row_version
+// moves by as many) and the row_version read.
+const claimSQL = `UPDATE chats AS c SET lead_member_version = u.version, row_version = c.row_version + u.n
+FROM unnest($1::uuid[], $2::bigint[], $3::bigint[], $4::bigint[]) AS u(id, version, n, read)
+WHERE c.id = u.id AND c.row_version = u.read
+AND c.id IN (SELECT id FROM chats WHERE id = ANY($1::uuid[]) ORDER BY id FOR NO KEY UPDATE)
+RETURNING c.id`
+
 // claimChats writes every chat of the transaction with one conditional
-// UPDATE: row_version moves by the chat's events and lead_member_version
-// becomes the last one's — where row_version is still the one Read
-// read. A chat that someone else changed since (committed, or committing
-// while this statement waits for its row) is not updated and not
-// returned: that is the spec's concurrent edit, MSG_CONCURRENT_UPDATE of
-// the transaction's first event of the chat (re-run at once, it re-reads
-// the chat). The rows are locked first, in id order, by a sub-select (FOR
-// NO KEY UPDATE: it does not block the foreign-key checks of inserts
-// referencing chats); the UPDATE's own scan would lock them in whatever
-// order its plan reads them. A chat's events share a partition (the key is
-// the LeadId), but an old owner still draining and the new one may
-// overlap.
+// UPDATE (claimSQL): row_version moves by the chat's events and
+// lead_member_version becomes the last one's — where row_version is still
+// the one Read read. A chat that someone else changed since (committed,
+// or committing while this statement waits for its row) is not updated
+// and not returned: that is the spec's concurrent edit,
+// MSG_CONCURRENT_UPDATE of the transaction's first event of the chat
+// (re-run at once, it re-reads the chat). The rows are locked first, in id
+// order, by a sub-select (FOR NO KEY UPDATE: it does not block the
+// foreign-key checks of inserts referencing chats); the UPDATE's own scan
+// would lock them in whatever order its plan reads them. A chat's events
+// share a partition (the key is the LeadId), but an old owner still
+// draining and the new one may overlap.
 func (w *writes) claimChats(ctx context.Context, tx *ent.Tx) error {
 	if len(w.claims) == 0 {
 		return nil
 	}
 	ids := consumer.SortedIDs(w.claims)
-	in := make([]any, len(ids))
-	for i, id := range ids {
-		in[i] = id
+	var versions, ns, reads consumer.Array
+	for _, id := range ids {
+		cl := w.claims[id]
+		versions.Int(cl.version)
+		ns.Int(cl.n)
+		reads.Int(cl.read)
 	}
-	caseOf := func(v func(*claim) any) sql.Querier {
-		return consumer.CaseOf(chat.FieldID, ids, w.claims, "bigint", v)
-	}
-	query, args := sql.Dialect(dialect.Postgres).Update(chat.Table).
-		Set(chat.FieldLeadMemberVersion, caseOf(func(cl *claim) any { return cl.version })).
-		Set(chat.FieldRowVersion, sql.ExprFunc(func(sb *sql.Builder) {
-			sb.Ident(chat.FieldRowVersion).WriteString(" + ").Join(caseOf(func(cl *claim) any { return cl.n }))
-		})).
-		Where(sql.And(
-			sql.In(chat.FieldID, sql.Dialect(dialect.Postgres).Select(chat.FieldID).From(sql.Table(chat.Table)).
-				Where(sql.In(chat.FieldID, in...)).OrderBy(chat.FieldID).For(sql.LockNoKeyUpdate)),
-			sql.P(func(sb *sql.Builder) {
-				sb.Ident(chat.FieldRowVersion).WriteString(" = ").Join(caseOf(func(cl *claim) any { return cl.read }))
-			}),
-		)).
-		Returning(chat.FieldID).
-		Query()
-	rows, err := tx.QueryContext(ctx, query, args...)
+	rows, err := tx.QueryContext(ctx, claimSQL, consumer.UUIDArray(ids), &versions, &ns, &reads)
 	if err != nil {
 		return fmt.Errorf("update the transaction's %d chats: %w", len(ids), err)
 	}
@@ -297,12 +314,3 @@ func (w *writes) claimChats(ctx context.Context, tx *ent.Tx) error {
 	}
 	return nil
 }
-
-// Bind parameters per row of the bulk statements (consumer.Chunks): a
-// member row (id, chat, user, role, joined_at, removed_at), a feed fact
-// (with its id and every column), a chat_updates row.
-const (
-	memberParams = 6
-	factParams   = 9
-	pushParams   = 5
-)

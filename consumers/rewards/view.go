@@ -61,9 +61,9 @@ func read(ctx context.Context, tx *ent.Tx, msgs []*consumer.Message) (*view, err
 	}
 	found, err := tx.ReferralBondReplica.Query().
 		Where(referralbondreplica.Or(
-			referralbondreplica.IDIn(ids...),
+			consumer.AnyOf(referralbondreplica.FieldID, "uuid", consumer.UUIDArray(ids)),
 			referralbondreplica.And(
-				referralbondreplica.ReferredUserIDIn(users...),
+				consumer.AnyOf(referralbondreplica.FieldReferredUserID, "uuid", consumer.UUIDArray(users)),
 				referralbondreplica.Status(string(StatusActive)),
 			),
 		)).
