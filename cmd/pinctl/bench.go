@@ -46,6 +46,7 @@ func runBench(ctx context.Context, args []string) error {
 	fs.StringVar(&o.Results, "results", filepath.Join("bench", "results"), "directory of the JSON results (<date>.json)")
 	fs.Uint64Var(&o.Seed, "seed", 1, "seed of the load generator")
 	fs.BoolVar(&o.Keep, "keep", false, "keep the work directory (consumer logs, paced-run CSVs, PostgreSQL data)")
+	fs.DurationVar(&o.DBLatency, "db-latency", 0, "round trip added to PostgreSQL, for the consumer and the benchmark's own connections alike (a delaying proxy in pinctl), e.g. 1ms; 0: none")
 	fs.StringVar(&o.DBParams, "db-params", "", "extra query parameters of the consumer's DATABASE_URL, e.g. binary_parameters=yes")
 	fs.Func("env", "KEY=VALUE for the consumer process (repeatable), e.g. CONSUMER_BATCH_SIZE=256", func(s string) error {
 		if k, _, ok := strings.Cut(s, "="); !ok || k == "" {
@@ -65,6 +66,9 @@ func runBench(ctx context.Context, args []string) error {
 	}
 	if o.Rate < 0 {
 		return usageError("bench: --paced-rate must be ≥ 0")
+	}
+	if o.DBLatency < 0 {
+		return usageError("bench: --db-latency must be ≥ 0")
 	}
 	if o.Leads < 1 {
 		return usageError("bench: --leads must be ≥ 1")

@@ -14,11 +14,13 @@ import (
 	"database/sql"
 	"fmt"
 	"io"
+	"net/url"
 	"os"
 	"path/filepath"
 	"runtime"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -72,6 +74,11 @@ type Options struct {
 	DBParams string        // extra query parameters of the consumer's DATABASE_URL
 	Out      io.Writer     // where the progress and the tables go
 	TTY      bool          // Out is a terminal (term.IsTerminal): the progress bars redraw in place
+
+	// DBLatency is the round trip added between PostgreSQL and everything
+	// that talks to it, the consumer and the benchmark's own connections
+	// (a delaying proxy, latencyProxy); 0: none.
+	DBLatency time.Duration
 }
 
 // Run measures each consumer of o.Topics in turn, prints its table on
@@ -96,6 +103,7 @@ type benchmark struct {
 	work       string
 	srv        *localpg.Server
 	postmaster int
+	proxy      *latencyProxy // in front of srv with --db-latency, else nil
 	db         *sql.DB
 	brokers    string
 	childEnv   []string
@@ -130,6 +138,7 @@ func (b *benchmark) run(ctx context.Context) error {
 			"paced_p99_ms": float64(targetP99.Milliseconds()), "rss_mib": targetRSS >> 20}}
 	run.Host = hostInfo()
 	run.Commit = gitCommit()
+	run.DBLatencyMs = float64(b.DBLatency) / float64(time.Millisecond)
 
 	// PostgreSQL: durable (fsync, synchronous_commit and full_page_writes
 	// at their defaults, all on), in the work directory.
@@ -149,6 +158,17 @@ func (b *benchmark) run(ctx context.Context) error {
 	dbURL, _, err := devenv.SetUpDatabase(ctx, b.srv.URL("postgres"), benchDB)
 	if err != nil {
 		return err
+	}
+	// PostgreSQL D away: the consumer and the benchmark's own connections
+	// reach it through the proxy (set up and migrated directly, above).
+	if b.DBLatency > 0 {
+		if b.proxy, err = startLatencyProxy(fmt.Sprintf("127.0.0.1:%d", b.srv.Port()), b.DBLatency); err != nil {
+			return fmt.Errorf("start the --db-latency proxy: %w", err)
+		}
+		defer b.proxy.Close() // after the consumers and b.db, before PostgreSQL
+		b.say("▸ PostgreSQL %s away (--db-latency): every connection goes through a proxy at %s that holds each direction's bytes %s",
+			b.DBLatency, b.proxy.Addr(), b.DBLatency/2)
+		dbURL = b.pgURL(dbURL)
 	}
 	if b.db, err = sql.Open("postgres", dbURL); err != nil {
 		return err
@@ -235,13 +255,30 @@ func (b *benchmark) consumerEnv() {
 			b.knobs[k] = v
 		}
 	}
-	dbURL := b.srv.URL(benchDB)
+	dbURL := b.pgURL(b.srv.URL(benchDB))
+	if b.DBLatency > 0 {
+		b.knobs["db_latency_ms"] = strconv.FormatFloat(float64(b.DBLatency)/float64(time.Millisecond), 'f', -1, 64)
+	}
 	if b.DBParams != "" {
 		dbURL += "&" + b.DBParams
 		b.knobs["DATABASE_URL params"] = b.DBParams
 	}
 	b.childEnv = append(env, "KAFKA_BOOTSTRAP_SERVERS="+b.brokers)
 	b.dbURL = dbURL
+}
+
+// pgURL is u, a URL of the benchmark's PostgreSQL, through the
+// --db-latency proxy when there is one.
+func (b *benchmark) pgURL(u string) string {
+	if b.proxy == nil {
+		return u
+	}
+	pu, err := url.Parse(u)
+	if err != nil {
+		return u
+	}
+	pu.Host = b.proxy.Addr()
+	return pu.String()
 }
 
 func fmtKnobs(m map[string]string) string {
@@ -411,6 +448,7 @@ func (b *benchmark) maxRun(ctx context.Context, p *devenv.Consumer, logPath stri
 	// The CPU figures cover the time from the partitions' assignment (the
 	// group join before it is idle) to the last commit, like the rate.
 	cpu0, cpu0At, joined := takeCPU(pid, b.postmaster), time.Now(), false
+	up0, down0 := b.proxyChunks()
 	s := startCommitSampler(w, 10*time.Millisecond)
 	bar := term.NewProgress(b.Out, b.TTY, "consume", r.Events)
 	deadline := t0.Add(b.Timeout)
@@ -437,6 +475,7 @@ func (b *benchmark) maxRun(ctx context.Context, p *devenv.Consumer, logPath stri
 			_, err := assignedAt(logPath)
 			if err == nil {
 				cpu0, cpu0At = takeCPU(pid, b.postmaster), time.Now()
+				up0, down0 = b.proxyChunks()
 			}
 			joined = err == nil || got > 0
 		}
@@ -468,6 +507,10 @@ func (b *benchmark) maxRun(ctx context.Context, p *devenv.Consumer, logPath stri
 	}
 	r.Consumer.MinBacklog = minBacklog
 	cpu1, cpu1At := takeCPU(pid, b.postmaster), time.Now()
+	if b.proxy != nil {
+		up1, down1 := b.proxyChunks()
+		r.Consumer.DBProxy = &proxyChunks{ToPostgres: float64(up1-up0) / float64(r.Events), FromPostgres: float64(down1-down0) / float64(r.Events)}
+	}
 	obs := s.close()
 	bar.Done()
 	// The last offset's commit time: when the last partition was first
@@ -508,6 +551,15 @@ func (b *benchmark) maxRun(ctx context.Context, p *devenv.Consumer, logPath stri
 		c.RSSNowMiB = m["process_resident_memory_bytes"] / (1 << 20)
 	}
 	return end, nil
+}
+
+// proxyChunks is what the --db-latency proxy forwarded so far (0 without
+// one).
+func (b *benchmark) proxyChunks() (up, down int64) {
+	if b.proxy == nil {
+		return 0, 0
+	}
+	return b.proxy.chunks()
 }
 
 // outcomes reads the idempotency marks by outcome, the DLQ and the parked

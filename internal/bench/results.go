@@ -23,6 +23,7 @@ type Record struct {
 	Leads         int                `json:"crm_leads"`
 	Seed          uint64             `json:"seed"`
 	PacedSeconds  float64            `json:"paced_seconds"`
+	DBLatencyMs   float64            `json:"db_latency_ms"` // --db-latency: the round trip added to PostgreSQL (0: none; absent before 2026-12-02)
 	Knobs         map[string]string  `json:"knobs"`
 	Host          benchHost          `json:"host"`
 	Consumers     []*serviceResult   `json:"consumers"`
@@ -91,6 +92,9 @@ type consumerRun struct {
 	// MinBacklog is the fewest produced-but-uncommitted messages seen while
 	// events were still being produced (-1: all were pre-produced).
 	MinBacklog int64 `json:"min_backlog_while_feeding"`
+	// DBProxy is what the --db-latency proxy forwarded per event over the
+	// same span, each way: about a round trip per chunk to PostgreSQL.
+	DBProxy *proxyChunks `json:"db_proxy_chunks_per_event,omitempty"`
 	// From the consumer's /metrics after the max run.
 	BatchedEvents float64 `json:"batched_events"`           // events committed through the batch path (a lone message of a service with Prepare included)
 	Batches       float64 `json:"batches"`                  // such transactions
@@ -104,6 +108,12 @@ type consumerRun struct {
 	DLQ      int64          `json:"dead_lettered"`
 	Parked   int            `json:"parked"`
 	Warnings map[string]int `json:"log_warnings"`
+}
+
+// proxyChunks counts the reads the --db-latency proxy forwarded, per event.
+type proxyChunks struct {
+	ToPostgres   float64 `json:"to_postgres"`
+	FromPostgres float64 `json:"from_postgres"`
 }
 
 type pacedRun struct {

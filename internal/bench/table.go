@@ -51,6 +51,10 @@ func (b *benchmark) table(r *serviceResult) {
 	w.Flush()
 	fmt.Fprintf(b.Out, "  CPU during the max run (cores of %d): consumer %.2f · PostgreSQL %.2f · pinctl+broker %.2f · other processes %.2f\n",
 		c.CPU.Cores, c.CPU.Consumer, c.CPU.Postgres, c.CPU.Pinctl, c.CPU.Others)
+	if px := c.DBProxy; px != nil {
+		fmt.Fprintf(b.Out, "  PostgreSQL %s away (--db-latency): over the max run the proxy forwarded %.2f chunks per event to it and %.2f back (about one each way per round trip)\n",
+			b.DBLatency, px.ToPostgres, px.FromPostgres)
+	}
 	if p := r.Paced.CPU; p != nil {
 		fmt.Fprintf(b.Out, "  CPU during the paced run (cores of %d): consumer %.2f · PostgreSQL %.2f · pinctl+broker %.2f · other processes %.2f\n",
 			p.Cores, p.Consumer, p.Postgres, p.Pinctl, p.Others)
