@@ -42,6 +42,8 @@ func TestBenchEndToEnd(t *testing.T) {
 		"p50 / p99 produce → database commit",
 		"p50 / p99 produce → offset commit",
 		"peak RSS",
+		"ceiling at this cost",
+		"events/s ÷ ceiling on the cores left",
 		"--sql-time is ignored",
 	)
 
@@ -85,7 +87,9 @@ func TestBenchEndToEnd(t *testing.T) {
 		{"a mark for every event of both runs", marks == r.Events+r.Paced.Events},
 		{"nothing dead-lettered", r.Consumer.DLQ == 0},
 		{"the consumer exited cleanly", r.ExitCode == 0},
-		{"targets evaluated", len(r.Targets) == 4},
+		{"ceiling computed", r.Consumer.Ceiling != nil && r.Consumer.Ceiling.EPS > 0 && r.Consumer.Ceiling.EPSOnCoresLeft > 0},
+		{"machine idle share measured", r.Consumer.CPU.Idle > 0 && r.Consumer.CPU.Idle < 1},
+		{"targets evaluated", len(r.Targets) == 5},
 	}
 	for _, c := range checks {
 		if !c.ok {
