@@ -84,6 +84,12 @@ type Options struct {
 	// that talks to it, the consumer and the benchmark's own connections
 	// (a delaying proxy, latencyProxy); 0: none.
 	DBLatency time.Duration
+	// Profile takes profiles of each max run (profile.go): the consumer's
+	// CPU for ProfileSeconds (at most 30) from the partitions' assignment
+	// and its heap allocations, and PostgreSQL's statements
+	// (pg_stat_statements). It keeps the work directory, where they go.
+	Profile        bool
+	ProfileSeconds int
 }
 
 // Run measures each consumer of o.Topics in turn, prints its table on
@@ -128,12 +134,21 @@ func (b *benchmark) run(ctx context.Context) error {
 	if b.bin, err = devenv.BinDir(); err != nil {
 		return err
 	}
+	if b.Profile {
+		if err := checkPgStatStatements(); err != nil {
+			return err
+		}
+	}
 	if b.work, err = localpg.MkdirTemp("pinctl-bench-*"); err != nil {
 		return err
 	}
-	if b.Keep {
+	switch {
+	case b.Profile:
+		b.Keep = true
+		b.say("▸ work directory (kept: --profile writes its profiles there): %s", b.work)
+	case b.Keep:
 		b.say("▸ work directory (kept): %s", b.work)
-	} else {
+	default:
 		defer os.RemoveAll(b.work)
 	}
 	run := &Record{Started: time.Now(), Events: b.Events, Chats: b.Chats, Leads: b.Leads, Seed: b.Seed,
@@ -144,12 +159,19 @@ func (b *benchmark) run(ctx context.Context) error {
 	run.Host = hostInfo()
 	run.Commit = gitCommit()
 	run.DBLatencyMs = float64(b.DBLatency) / float64(time.Millisecond)
+	if b.Profile {
+		run.Profile = b.profileSeconds()
+	}
 
 	// PostgreSQL: durable (fsync, synchronous_commit and full_page_writes
 	// at their defaults, all on), in the work directory.
 	pgDir := filepath.Join(b.work, "postgres")
-	b.say("▸ PostgreSQL: starting a durable local server (fsync on, synchronous_commit on) in %s …", pgDir)
-	if b.srv, err = localpg.Start(ctx, pgDir, localpg.Options{Durable: true}); err != nil {
+	pgOpts, with := localpg.Options{Durable: true}, ""
+	if b.Profile {
+		pgOpts.Settings, with = pgStatStatements, ", with pg_stat_statements (--profile)"
+	}
+	b.say("▸ PostgreSQL: starting a durable local server (fsync on, synchronous_commit on%s) in %s …", with, pgDir)
+	if b.srv, err = localpg.Start(ctx, pgDir, pgOpts); err != nil {
 		return err
 	}
 	defer func() {
@@ -179,6 +201,11 @@ func (b *benchmark) run(ctx context.Context) error {
 		return err
 	}
 	defer b.db.Close()
+	if b.Profile {
+		if _, err := b.db.ExecContext(ctx, `CREATE EXTENSION IF NOT EXISTS pg_stat_statements`); err != nil {
+			return fmt.Errorf("--profile: %w", err)
+		}
+	}
 	var fsync, syncCommit string
 	_ = b.db.QueryRowContext(ctx, `SELECT current_setting('server_version'), current_setting('fsync'), current_setting('synchronous_commit')`).
 		Scan(&run.Host.Postgres, &fsync, &syncCommit)
@@ -218,6 +245,7 @@ func (b *benchmark) run(ctx context.Context) error {
 		}
 		run.Consumers = append(run.Consumers, r)
 		b.table(r)
+		b.printProfile(r)
 	}
 	path, err := writeBenchResults(b.Results, run)
 	if err != nil {
@@ -240,6 +268,9 @@ func (b *benchmark) consumerEnv() {
 		env = append(env, kv)
 	}
 	env = append(env, b.Env...)
+	if b.Profile { // net/http/pprof on HTTP_ADDR
+		env = append(env, "CONSUMER_PPROF=true")
+	}
 	// The mock broker answers a fetch that finds no data only after
 	// fetch.wait.max.ms (500 ms by default) and does not cut the wait short
 	// when data arrives, as Kafka does: a paced run would measure the mock's
@@ -369,6 +400,9 @@ func (b *benchmark) runService(ctx context.Context, t demo.Topic) (*serviceResul
 	if err != nil {
 		return nil, err
 	}
+	if b.Profile {
+		b.profileEnd(ctx, pr.Addr, r)
+	}
 	// Every event is produced: the feeder's producer, idle from now on,
 	// goes, so that its threads and its poller (a goroutine in a cgo call
 	// that returns every 100 ms) do not share the paced run's cores.
@@ -395,6 +429,9 @@ func (b *benchmark) runService(ctx context.Context, t demo.Topic) (*serviceResul
 	r.ExitCode = devenv.StopConsumers(pr)
 	if r.ExitCode != 0 {
 		return nil, fmt.Errorf("the consumer exited with code %d (log: %s)", r.ExitCode, logPath)
+	}
+	if b.Profile {
+		b.profileTop(ctx, r)
 	}
 
 	// What the consumer's log and the database say.
@@ -483,6 +520,9 @@ func (b *benchmark) maxRun(ctx context.Context, p *devenv.Consumer, logPath stri
 				up0, down0 = b.proxyChunks()
 			}
 			joined = err == nil || got > 0
+			if joined && b.Profile {
+				b.profileAssigned(ctx, p.Addr, r)
+			}
 		}
 		if produced < r.Events {
 			if minBacklog < 0 || backlog < minBacklog {

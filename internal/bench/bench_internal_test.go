@@ -231,3 +231,20 @@ func TestCeiling(t *testing.T) {
 		t.Fatalf("without a CPU measure: %+v", tc)
 	}
 }
+
+// The statements file names a statement by its text on one line, cut; a
+// shape sums its entries.
+func TestStatementText(t *testing.T) {
+	if got := oneLine("SELECT a,\n\t  b FROM  t", 160); got != "SELECT a, b FROM t" {
+		t.Fatalf("one line: %q", got)
+	}
+	if got := oneLine("INSERT INTO é VALUES ($1)", 12); got != "INSERT INTO…" {
+		t.Fatalf("cut: %q", got)
+	}
+	var shape stmtStat
+	shape.add(stmtStat{calls: 2, rows: 20, totalMs: 1.5, walB: 100})
+	shape.add(stmtStat{calls: 3, rows: 30, totalMs: 2.5, walB: 50})
+	if shape.calls != 5 || shape.rows != 50 || shape.totalMs != 4 || shape.walB != 150 || shape.variants != 2 {
+		t.Fatalf("shape %+v", shape)
+	}
+}

@@ -23,7 +23,8 @@ type Record struct {
 	Leads         int                `json:"crm_leads"`
 	Seed          uint64             `json:"seed"`
 	PacedSeconds  float64            `json:"paced_seconds"`
-	DBLatencyMs   float64            `json:"db_latency_ms"` // --db-latency: the round trip added to PostgreSQL (0: none; absent before 2026-12-02)
+	DBLatencyMs   float64            `json:"db_latency_ms"`             // --db-latency: the round trip added to PostgreSQL (0: none; absent before 2026-12-02)
+	Profile       int                `json:"profile_seconds,omitempty"` // --profile: the consumer's CPU profile's length (its CPU figures include profiling's and pg_stat_statements' cost); absent without
 	Knobs         map[string]string  `json:"knobs"`
 	Host          benchHost          `json:"host"`
 	Consumers     []*serviceResult   `json:"consumers"`
@@ -58,6 +59,8 @@ type serviceResult struct {
 		ToBroker float64 `json:"to_broker_only"`
 	} `json:"ratios"`
 	Targets []targetCheck `json:"targets"`
+
+	profile *profileReport // --profile; not recorded
 }
 
 // stmtCacheUse is what the consumer's statement cache did
@@ -98,6 +101,14 @@ type consumerRun struct {
 	// Ceiling is the rate the machine's cores allow at this run's CPU per
 	// event (absent before 2026-12-02).
 	Ceiling *ceilingUse `json:"ceiling,omitempty"`
+	// With --profile, from pg_stat_statements over the max run: the
+	// statements the consumer sent (BEGIN and COMMIT included; not the
+	// foreign-key checks run inside them) and the WAL they wrote (not the
+	// commit records, written after a COMMIT's measure), per event; and
+	// the WAL the server wrote meanwhile (pg_current_wal_lsn), per event.
+	StatementsPerEvent     float64 `json:"statements_per_event,omitempty"`
+	WALBytesPerEvent       float64 `json:"wal_bytes_per_event,omitempty"`
+	ServerWALBytesPerEvent float64 `json:"server_wal_bytes_per_event,omitempty"`
 	// From the consumer's /metrics after the max run.
 	BatchedEvents float64 `json:"batched_events"`           // events committed through the batch path (a lone message of a service with Prepare included)
 	Batches       float64 `json:"batches"`                  // such transactions
