@@ -52,6 +52,7 @@ func checkPgStatStatements() error {
 // profileReport is what --profile took of one consumer's max run.
 type profileReport struct {
 	cpu        *cpuProfile
+	allocsBase string // heap allocations at the assignment: -diff_base of allocsPath
 	allocsPath string
 	cpuTop     string   // go tool pprof -top of the CPU profile ("" without go on $PATH)
 	notes      []string // what went wrong or does not fit, said below the table
@@ -122,6 +123,11 @@ func (b *benchmark) profileAssigned(ctx context.Context, addr string, r *service
 		p.note("pg_stat_statements_reset: %v", err)
 	}
 	p.walStart = b.walPosition(ctx)
+	p.allocsBase = filepath.Join(b.work, r.Service+"-consumer-allocs-assigned.pprof")
+	if err := fetchTo("http://"+addr+"/debug/pprof/allocs", p.allocsBase, 30*time.Second); err != nil {
+		p.note("heap allocations at the assignment: %v", err)
+		p.allocsBase = ""
+	}
 }
 
 // walPosition is the server's WAL position in bytes (0 when unread).
@@ -263,6 +269,7 @@ ORDER BY total_exec_time DESC`)
 	var sb strings.Builder
 	n := float64(r.Events)
 	r.Consumer.StatementsPerEvent = p.all.calls / n
+	r.Consumer.NestedStatementsPerEvent = p.nested.calls / n
 	r.Consumer.WALBytesPerEvent = p.all.walB / n
 	if p.walStart > 0 && p.walEnd >= p.walStart {
 		r.Consumer.ServerWALBytesPerEvent = float64(p.walEnd-p.walStart) / n
@@ -335,7 +342,11 @@ func (b *benchmark) printProfile(r *serviceResult) {
 		fmt.Fprintf(out, "    consumer CPU, %d s from the partitions' assignment: %s\n", p.cpu.seconds, filepath.Base(p.cpu.path))
 	}
 	if p.allocsPath != "" {
-		fmt.Fprintf(out, "    consumer heap allocations at the max run's end: %s (go tool pprof -sample_index=alloc_space)\n", filepath.Base(p.allocsPath))
+		fmt.Fprintf(out, "    consumer heap allocations at the max run's end: %s", filepath.Base(p.allocsPath))
+		if p.allocsBase != "" {
+			fmt.Fprintf(out, ", at its start: %s (the max run's: go tool pprof -sample_index=alloc_space -diff_base %[1]s %s)", filepath.Base(p.allocsBase), filepath.Base(p.allocsPath))
+		}
+		fmt.Fprintln(out)
 	}
 	if p.stmtPath != "" {
 		fmt.Fprintf(out, "    PostgreSQL statements (pg_stat_statements), the top %d and the top shapes: %s\n", topStatements, filepath.Base(p.stmtPath))

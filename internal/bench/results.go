@@ -106,9 +106,10 @@ type consumerRun struct {
 	// foreign-key checks run inside them) and the WAL they wrote (not the
 	// commit records, written after a COMMIT's measure), per event; and
 	// the WAL the server wrote meanwhile (pg_current_wal_lsn), per event.
-	StatementsPerEvent     float64 `json:"statements_per_event,omitempty"`
-	WALBytesPerEvent       float64 `json:"wal_bytes_per_event,omitempty"`
-	ServerWALBytesPerEvent float64 `json:"server_wal_bytes_per_event,omitempty"`
+	StatementsPerEvent       float64 `json:"statements_per_event,omitempty"`
+	NestedStatementsPerEvent float64 `json:"nested_statements_per_event,omitempty"`
+	WALBytesPerEvent         float64 `json:"wal_bytes_per_event,omitempty"`
+	ServerWALBytesPerEvent   float64 `json:"server_wal_bytes_per_event,omitempty"`
 	// From the consumer's /metrics after the max run.
 	BatchedEvents float64 `json:"batched_events"`           // events committed through the batch path (a lone message of a service with Prepare included)
 	Batches       float64 `json:"batches"`                  // such transactions
