@@ -159,7 +159,10 @@ func TestLatencyProxyClose(t *testing.T) {
 	closed := make(chan error, 1)
 	go func() { closed <- p.Close() }()
 	select {
-	case <-closed:
+	case err := <-closed:
+		if err != nil {
+			t.Fatalf("Close: %v", err)
+		}
 	case <-time.After(2 * time.Second):
 		t.Fatal("Close did not return")
 	}
