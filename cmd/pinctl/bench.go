@@ -26,10 +26,14 @@ func runBench(ctx context.Context, args []string) error {
 			"     configuration (group, auto commit of stored offsets), no database work;\n"+
 			"  2. the consumer: N realistic events (demo.Load) pre-produced, the real binary\n"+
 			"     started and timed to the last offset committed, with the consumer's and\n"+
-			"     PostgreSQL's CPU per event; then a paced run at half that rate with\n"+
-			"     p50/p99 produce→commit latency;\n"+
+			"     PostgreSQL's CPU per event, the ceiling that cost allows on the machine's\n"+
+			"     cores and the machine's idle share; then a paced run at half that rate\n"+
+			"     with p50/p99 produce→commit latency;\n"+
 			"  3. the consumer process's peak RSS.\n"+
 			"Prints one table per consumer and adds the run to RESULTS/<date>.json.\n"+
+			"--db-latency D puts PostgreSQL D away (a delaying proxy) for the consumer and\n"+
+			"the bench's own connections alike; --profile keeps the consumer's CPU and heap\n"+
+			"profiles and PostgreSQL's statements (pg_stat_statements) of each max run.\n"+
 			"Consumer knobs (CONSUMER_BATCH_SIZE, DATABASE_MAX_CONNS, LOG_LEVEL, KAFKA_*…)\n"+
 			"come from the environment or --env; KAFKA_* apply to the broker-only loop too.\n"+
 			"See bench/README.md.")
@@ -46,6 +50,9 @@ func runBench(ctx context.Context, args []string) error {
 	fs.StringVar(&o.Results, "results", filepath.Join("bench", "results"), "directory of the JSON results (<date>.json)")
 	fs.Uint64Var(&o.Seed, "seed", 1, "seed of the load generator")
 	fs.BoolVar(&o.Keep, "keep", false, "keep the work directory (consumer logs, paced-run CSVs, PostgreSQL data)")
+	fs.DurationVar(&o.DBLatency, "db-latency", 0, "round trip added to PostgreSQL, for the consumer and the benchmark's own connections alike (a delaying proxy in pinctl), e.g. 1ms; 0: none")
+	fs.BoolVar(&o.Profile, "profile", false, "profiles of each max run, kept in the work directory (implies --keep): the consumer's CPU (from the partitions' assignment, top 15 printed) and heap allocations, and PostgreSQL's statements by pg_stat_statements (top 8 printed)")
+	fs.IntVar(&o.ProfileSeconds, "profile-seconds", 10, "length of the consumer's CPU profile with --profile, at most 30: the max run should last as long")
 	fs.StringVar(&o.DBParams, "db-params", "", "extra query parameters of the consumer's DATABASE_URL, e.g. binary_parameters=yes")
 	fs.Func("env", "KEY=VALUE for the consumer process (repeatable), e.g. CONSUMER_BATCH_SIZE=256", func(s string) error {
 		if k, _, ok := strings.Cut(s, "="); !ok || k == "" {
@@ -65,6 +72,12 @@ func runBench(ctx context.Context, args []string) error {
 	}
 	if o.Rate < 0 {
 		return usageError("bench: --paced-rate must be ≥ 0")
+	}
+	if o.DBLatency < 0 {
+		return usageError("bench: --db-latency must be ≥ 0")
+	}
+	if o.ProfileSeconds < 1 || o.ProfileSeconds > 30 {
+		return usageError("bench: --profile-seconds must be 1 to 30")
 	}
 	if o.Leads < 1 {
 		return usageError("bench: --leads must be ≥ 1")

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/pin-platform/pin/internal/bench"
+	"github.com/pin-platform/pin/migrate/localpg"
 )
 
 // TestBenchEndToEnd runs `pinctl bench` as `make bench` does — its own
@@ -28,13 +29,7 @@ func TestBenchEndToEnd(t *testing.T) {
 	defer cancel()
 	cmd := exec.CommandContext(ctx, filepath.Join(bin, "pinctl"), "bench",
 		"--events", "300", "--only", "rewards", "--paced", "2s", "--paced-rate", "150", "--sql-time", "10s", "--results", results)
-	var env []string
-	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, "KAFKA_") && !strings.HasPrefix(kv, "CONSUMER_") && !strings.HasPrefix(kv, "DATABASE_") {
-			env = append(env, kv)
-		}
-	}
-	cmd.Env = env
+	cmd.Env = benchEnv()
 	runExpecting(t, cmd,
 		"═══ rewards",
 		"broker only",
@@ -42,27 +37,12 @@ func TestBenchEndToEnd(t *testing.T) {
 		"p50 / p99 produce → database commit",
 		"p50 / p99 produce → offset commit",
 		"peak RSS",
+		"ceiling at this cost",
+		"events/s ÷ ceiling on the cores left",
 		"--sql-time is ignored",
 	)
 
-	files, _ := filepath.Glob(filepath.Join(results, "*.json"))
-	if len(files) != 1 {
-		t.Fatalf("results: %v, want one <date>.json", files)
-	}
-	b, err := os.ReadFile(files[0])
-	if err != nil {
-		t.Fatal(err)
-	}
-	var file struct {
-		Runs []bench.Record `json:"runs"`
-	}
-	if err := json.Unmarshal(b, &file); err != nil {
-		t.Fatalf("%s: %v", files[0], err)
-	}
-	if len(file.Runs) != 1 || len(file.Runs[0].Consumers) != 1 {
-		t.Fatalf("want one run of one consumer, got %+v", file.Runs)
-	}
-	r := file.Runs[0].Consumers[0]
+	r := oneBenchRun(t, results).Consumers[0]
 	if r.Service != "rewards" || r.Events != 300 {
 		t.Errorf("service %q events %d, want rewards 300", r.Service, r.Events)
 	}
@@ -85,11 +65,106 @@ func TestBenchEndToEnd(t *testing.T) {
 		{"a mark for every event of both runs", marks == r.Events+r.Paced.Events},
 		{"nothing dead-lettered", r.Consumer.DLQ == 0},
 		{"the consumer exited cleanly", r.ExitCode == 0},
-		{"targets evaluated", len(r.Targets) == 4},
+		{"ceiling computed", r.Consumer.Ceiling != nil && r.Consumer.Ceiling.EPS > 0 && r.Consumer.Ceiling.EPSOnCoresLeft > 0},
+		{"machine idle share measured", r.Consumer.CPU.Idle > 0 && r.Consumer.CPU.Idle < 1},
+		{"targets evaluated", len(r.Targets) == 5},
 	}
 	for _, c := range checks {
 		if !c.ok {
 			t.Errorf("%s: no (%+v)", c.what, r)
 		}
 	}
+}
+
+// TestBenchLatencyAndProfile runs `pinctl bench` with PostgreSQL 1 ms
+// away and the profiles: the consumer works through the proxy, and the
+// CPU and heap profiles and the statements are taken and kept.
+func TestBenchLatencyAndProfile(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts PostgreSQL, the broker and a consumer")
+	}
+	if dir, err := localpg.LibDir(); err != nil {
+		t.Skip(err)
+	} else if _, err := os.Stat(filepath.Join(dir, "pg_stat_statements.so")); err != nil {
+		t.Skip("no pg_stat_statements: ", err)
+	}
+	bin := builtBinaries(t)
+	results := t.TempDir()
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, filepath.Join(bin, "pinctl"), "bench",
+		"--events", "300", "--only", "rewards", "--paced", "2s", "--paced-rate", "150", "--results", results,
+		"--db-latency", "1ms", "--profile", "--profile-seconds", "1")
+	cmd.Env = benchEnv()
+	out := runExpecting(t, cmd,
+		"PostgreSQL 1ms away (--db-latency)",
+		"consumer knobs: CONSUMER_PPROF=true KAFKA_FETCH_WAIT_MAX_MS=5 db_latency_ms=1",
+		"with pg_stat_statements (--profile)",
+		"profiles of the max run (--profile)",
+		"PostgreSQL over the max run, per event:",
+	)
+	const kept = "work directory (kept: --profile writes its profiles there): "
+	i := strings.Index(out, kept)
+	if i < 0 {
+		t.Fatal("no kept work directory")
+	}
+	work, _, _ := strings.Cut(out[i+len(kept):], "\n")
+	t.Cleanup(func() { os.RemoveAll(work) })
+	for _, f := range []string{"rewards-consumer-cpu.pprof", "rewards-consumer-allocs.pprof", "rewards-statements.txt"} {
+		if st, err := os.Stat(filepath.Join(work, f)); err != nil || st.Size() == 0 {
+			t.Errorf("%s: %v", f, err)
+		}
+	}
+	run := oneBenchRun(t, results)
+	r := run.Consumers[0]
+	checks := []struct {
+		what string
+		ok   bool
+	}{
+		{"db_latency_ms recorded", run.DBLatencyMs == 1 && run.Knobs["db_latency_ms"] == "1"},
+		{"profile_seconds recorded", run.Profile == 1},
+		{"the proxy forwarded the consumer's statements", r.Consumer.DBProxy != nil && r.Consumer.DBProxy.ToPostgres > 0 && r.Consumer.DBProxy.FromPostgres > 0},
+		{"statements per event counted", r.Consumer.StatementsPerEvent > 0},
+		{"WAL per event counted", r.Consumer.WALBytesPerEvent > 0 && r.Consumer.ServerWALBytesPerEvent > 0},
+		{"every event of both runs has a mark", r.ExitCode == 0 && r.Paced.DBn == r.Paced.Events},
+	}
+	for _, c := range checks {
+		if !c.ok {
+			t.Errorf("%s: no (%+v)", c.what, r)
+		}
+	}
+}
+
+// benchEnv is the test's environment without the knobs of a consumer.
+func benchEnv() []string {
+	var env []string
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "KAFKA_") && !strings.HasPrefix(kv, "CONSUMER_") && !strings.HasPrefix(kv, "DATABASE_") {
+			env = append(env, kv)
+		}
+	}
+	return env
+}
+
+// oneBenchRun reads the one run of one consumer in results/<date>.json.
+func oneBenchRun(t *testing.T, results string) bench.Record {
+	t.Helper()
+	files, _ := filepath.Glob(filepath.Join(results, "*.json"))
+	if len(files) != 1 {
+		t.Fatalf("results: %v, want one <date>.json", files)
+	}
+	b, err := os.ReadFile(files[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	var file struct {
+		Runs []bench.Record `json:"runs"`
+	}
+	if err := json.Unmarshal(b, &file); err != nil {
+		t.Fatalf("%s: %v", files[0], err)
+	}
+	if len(file.Runs) != 1 || len(file.Runs[0].Consumers) != 1 {
+		t.Fatalf("want one run of one consumer, got %+v", file.Runs)
+	}
+	return file.Runs[0]
 }

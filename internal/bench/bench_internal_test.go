@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"math"
 	"slices"
 	"strings"
 	"testing"
@@ -160,5 +161,90 @@ func TestBrokerShareNeeds(t *testing.T) {
 	r.evaluate()
 	if r.Targets[0].Met || !strings.Contains(r.Targets[0].Why, "need 5.0 cores, of 2") {
 		t.Fatalf("broker-only target %+v", r.Targets[0])
+	}
+}
+
+func near(a, b float64) bool { return math.Abs(a-b) < 1e-9*max(1, math.Abs(b)) }
+
+// The machine's idle share is what /proc/stat's busy time left of all the
+// cores over the span; other processes are the busy time no party of the
+// measure took.
+func TestCPUBetweenIdle(t *testing.T) {
+	a := cpuSnapshot{consumer: 10, postgres: 20, pinctl: 5, busy: 100, total: 200}
+	b := cpuSnapshot{consumer: 10.5, postgres: 20.4, pinctl: 5.2, busy: 101.24, total: 202} // 1 s on 2 cores
+	u := cpuBetween(a, b, 1, 2)
+	if !near(u.Machine, 1.24) || !near(u.Others, 0.14) || !near(u.Idle, 0.38) {
+		t.Fatalf("machine %v, others %v, idle %v; want 1.24, 0.14, 0.38", u.Machine, u.Others, u.Idle)
+	}
+	// /proc/stat ticks and the processes' ticks are read at slightly
+	// different instants: the shares never go below 0.
+	b.busy = 104.5
+	if u := cpuBetween(a, b, 1, 2); u.Idle != 0 {
+		t.Fatalf("a machine busier than its cores is idle %v", u.Idle)
+	}
+	if u := cpuBetween(a, a, 0, 2); u != (cpuUse{}) {
+		t.Fatalf("no span gave %+v", u)
+	}
+}
+
+// The ceiling is the rate the cores allow at the run's CPU per event, on
+// the whole machine and on the cores pinctl (with the broker) and other
+// processes left; the target is on the latter.
+func TestCeiling(t *testing.T) {
+	u := cpuUse{Consumer: 0.56, Postgres: 0.46, Pinctl: 0.2, Others: 0.06, Machine: 1.24, Idle: 0.38, Cores: 2}
+	c := ceilingOf(7000, 80, 66, u)
+	if c == nil || c.CPUUsPer != 146 || c.Cores != 2 || !near(c.EPS, 2/146e-6) || !near(c.Reached, 7000*146e-6/2) ||
+		!near(c.CoresLeft, 1.74) || !near(c.EPSOnCoresLeft, 1.74/146e-6) || !near(c.ReachedOnCoresLeft, 7000*146e-6/1.74) {
+		t.Fatalf("ceiling %+v", c)
+	}
+	want := "ceiling at this cost: 13,699 ev/s on 2 cores (reached 51 %); 11,918 ev/s on the 1.74 cores the broker and other processes left (reached 59 %); machine idle 38 %"
+	if got := ceilingLine(c, u); got != want {
+		t.Fatalf("line %q, want %q", got, want)
+	}
+	if ceilingOf(7000, 0, 0, u) != nil || ceilingOf(7000, 80, 66, cpuUse{}) != nil || ceilingLine(nil, u) != "" {
+		t.Fatal("a ceiling without a CPU measure")
+	}
+	if c := ceilingOf(7000, 80, 66, cpuUse{Cores: 2, Pinctl: 1.5, Others: 0.7}); c.CoresLeft != 0 || c.EPSOnCoresLeft != 0 || c.ReachedOnCoresLeft != 0 {
+		t.Fatalf("no cores left: %+v", c)
+	}
+
+	r := &serviceResult{}
+	r.BrokerOnly.AssignedEPS, r.Consumer.AssignedEPS = 80000, 7000
+	r.Consumer.CPUUsPer, r.Consumer.PGUsPer, r.Consumer.CPU = 80, 66, u
+	r.evaluate()
+	tc := r.Targets[1]
+	if tc.Name != targetCeilingName || tc.Met || tc.NA || tc.Value != "58.7 %" || tc.Target != "≥ 85 %" ||
+		tc.Why != "7,000 of 11,918 ev/s on 1.74 cores; the machine was 38 % idle: waits, not cores, held the rate" {
+		t.Fatalf("ceiling target %+v", tc)
+	}
+	if r.Consumer.Ceiling == nil || r.Consumer.Ceiling.EPS != c.EPS {
+		t.Fatalf("the consumer's ceiling %+v", r.Consumer.Ceiling)
+	}
+	r.Consumer.AssignedEPS = 10500 // 88 % of the cores left
+	r.evaluate()
+	if tc := r.Targets[1]; !tc.Met || tc.Why != "" {
+		t.Fatalf("a met ceiling target %+v", tc)
+	}
+	r.Consumer.CPUUsPer, r.Consumer.PGUsPer = 0, 0
+	r.evaluate()
+	if tc := r.Targets[1]; !tc.NA || r.Consumer.Ceiling != nil {
+		t.Fatalf("without a CPU measure: %+v", tc)
+	}
+}
+
+// The statements file names a statement by its text on one line, cut; a
+// shape sums its entries.
+func TestStatementText(t *testing.T) {
+	if got := oneLine("SELECT a,\n\t  b FROM  t", 160); got != "SELECT a, b FROM t" {
+		t.Fatalf("one line: %q", got)
+	}
+	if got := oneLine("INSERT INTO é VALUES ($1)", 12); got != "INSERT INTO…" {
+		t.Fatalf("cut: %q", got)
+	}
+	var shape stmtStat
+	shape.add(stmtStat{calls: 2, rows: 20, totalMs: 1.5, walB: 100})
+	shape.add(stmtStat{calls: 3, rows: 30, totalMs: 2.5, walB: 50})
+	if shape.calls != 5 || shape.rows != 50 || shape.totalMs != 4 || shape.walB != 150 || shape.variants != 2 {
+		t.Fatalf("shape %+v", shape)
 	}
 }

@@ -150,6 +150,9 @@ type cpuUse struct {
 	// that the measure shared the cores with.
 	Others float64 `json:"other_processes_cores"`
 	Cores  int     `json:"machine_cores"`
+	// Idle is the machine's idle share, 1 − machine busy cores ÷ cores
+	// (absent before 2026-12-02).
+	Idle float64 `json:"machine_idle_share"`
 }
 
 func cpuBetween(a, b cpuSnapshot, wall float64, cores int) cpuUse {
@@ -165,6 +168,7 @@ func cpuBetween(a, b cpuSnapshot, wall float64, cores int) cpuUse {
 	if dt := b.total - a.total; dt > 0 {
 		u.Machine = (b.busy - a.busy) / dt * float64(cores)
 		u.Others = max(0, u.Machine-u.Consumer-u.Postgres-u.Pinctl)
+		u.Idle = max(0, 1-u.Machine/float64(cores))
 	}
 	return u
 }

@@ -23,6 +23,8 @@ type Record struct {
 	Leads         int                `json:"crm_leads"`
 	Seed          uint64             `json:"seed"`
 	PacedSeconds  float64            `json:"paced_seconds"`
+	DBLatencyMs   float64            `json:"db_latency_ms"`             // --db-latency: the round trip added to PostgreSQL (0: none; absent before 2026-12-02)
+	Profile       int                `json:"profile_seconds,omitempty"` // --profile: the consumer's CPU profile's length (its CPU figures include profiling's and pg_stat_statements' cost); absent without
 	Knobs         map[string]string  `json:"knobs"`
 	Host          benchHost          `json:"host"`
 	Consumers     []*serviceResult   `json:"consumers"`
@@ -57,6 +59,8 @@ type serviceResult struct {
 		ToBroker float64 `json:"to_broker_only"`
 	} `json:"ratios"`
 	Targets []targetCheck `json:"targets"`
+
+	profile *profileReport // --profile; not recorded
 }
 
 // stmtCacheUse is what the consumer's statement cache did
@@ -91,6 +95,21 @@ type consumerRun struct {
 	// MinBacklog is the fewest produced-but-uncommitted messages seen while
 	// events were still being produced (-1: all were pre-produced).
 	MinBacklog int64 `json:"min_backlog_while_feeding"`
+	// DBProxy is what the --db-latency proxy forwarded per event over the
+	// same span, each way: about a round trip per chunk to PostgreSQL.
+	DBProxy *proxyChunks `json:"db_proxy_chunks_per_event,omitempty"`
+	// Ceiling is the rate the machine's cores allow at this run's CPU per
+	// event (absent before 2026-12-02).
+	Ceiling *ceilingUse `json:"ceiling,omitempty"`
+	// With --profile, from pg_stat_statements over the max run: the
+	// statements the consumer sent (BEGIN and COMMIT included; not the
+	// foreign-key checks run inside them) and the WAL they wrote (not the
+	// commit records, written after a COMMIT's measure), per event; and
+	// the WAL the server wrote meanwhile (pg_current_wal_lsn), per event.
+	StatementsPerEvent       float64 `json:"statements_per_event,omitempty"`
+	NestedStatementsPerEvent float64 `json:"nested_statements_per_event,omitempty"`
+	WALBytesPerEvent         float64 `json:"wal_bytes_per_event,omitempty"`
+	ServerWALBytesPerEvent   float64 `json:"server_wal_bytes_per_event,omitempty"`
 	// From the consumer's /metrics after the max run.
 	BatchedEvents float64 `json:"batched_events"`           // events committed through the batch path (a lone message of a service with Prepare included)
 	Batches       float64 `json:"batches"`                  // such transactions
@@ -104,6 +123,57 @@ type consumerRun struct {
 	DLQ      int64          `json:"dead_lettered"`
 	Parked   int            `json:"parked"`
 	Warnings map[string]int `json:"log_warnings"`
+}
+
+// ceilingUse is the events/s the cores allow at the max run's CPU per
+// event of the consumer and PostgreSQL, and the share of it the run
+// reached (its events/s, assignment → last offset committed, over the
+// same span as the CPU).
+type ceilingUse struct {
+	CPUUsPer float64 `json:"cpu_us_per_event"` // consumer + PostgreSQL
+	// On all the machine's cores.
+	Cores   int     `json:"machine_cores"`
+	EPS     float64 `json:"events_per_s"` // cores ÷ CPU per event
+	Reached float64 `json:"reached"`      // events/s ÷ EPS
+	// On the cores pinctl (with the broker) and other processes left to
+	// the consumer and PostgreSQL over the max run: the target's.
+	CoresLeft          float64 `json:"cores_left"`
+	EPSOnCoresLeft     float64 `json:"events_per_s_on_cores_left"`
+	ReachedOnCoresLeft float64 `json:"reached_on_cores_left"`
+}
+
+// ceilingOf is the ceiling of a run at eps events/s that spent consumerUs
+// + pgUs of CPU per event, with u the cores every party used meanwhile;
+// nil without a CPU measure.
+func ceilingOf(eps, consumerUs, pgUs float64, u cpuUse) *ceilingUse {
+	per := (consumerUs + pgUs) / 1e6
+	if per <= 0 || u.Cores <= 0 {
+		return nil
+	}
+	c := &ceilingUse{CPUUsPer: consumerUs + pgUs, Cores: u.Cores, EPS: float64(u.Cores) / per}
+	c.Reached = eps / c.EPS
+	c.CoresLeft = max(0, float64(u.Cores)-u.Pinctl-u.Others)
+	if c.CoresLeft > 0 {
+		c.EPSOnCoresLeft = c.CoresLeft / per
+		c.ReachedOnCoresLeft = eps / c.EPSOnCoresLeft
+	}
+	return c
+}
+
+// ceilingLine is the table's line on the ceiling and the machine's idle
+// share over the max run.
+func ceilingLine(c *ceilingUse, u cpuUse) string {
+	if c == nil {
+		return ""
+	}
+	return fmt.Sprintf("ceiling at this cost: %s ev/s on %d cores (reached %.0f %%); %s ev/s on the %.2f cores the broker and other processes left (reached %.0f %%); machine idle %.0f %%",
+		thousands(c.EPS), c.Cores, 100*c.Reached, thousands(c.EPSOnCoresLeft), c.CoresLeft, 100*c.ReachedOnCoresLeft, 100*u.Idle)
+}
+
+// proxyChunks counts the reads the --db-latency proxy forwarded, per event.
+type proxyChunks struct {
+	ToPostgres   float64 `json:"to_postgres"`
+	FromPostgres float64 `json:"from_postgres"`
 }
 
 type pacedRun struct {
@@ -151,15 +221,30 @@ type targetCheck struct {
 	Why string `json:"why,omitempty"`
 }
 
+// targetCeilingName is the ceiling target's line: against the ceiling on
+// the cores left to the consumer and PostgreSQL, not on all the machine's.
+const targetCeilingName = "events/s ÷ ceiling on the cores left to consumer + PostgreSQL"
+
 // evaluate computes the ratios and checks the targets.
 func (r *serviceResult) evaluate() {
 	c := r.Consumer.AssignedEPS
 	if v := r.BrokerOnly.AssignedEPS; v > 0 {
 		r.Ratios.ToBroker = c / v
 	}
+	r.Consumer.Ceiling = ceilingOf(c, r.Consumer.CPUUsPer, r.Consumer.PGUsPer, r.Consumer.CPU)
+	ceiling := targetCheck{Name: targetCeilingName, Value: "n/a", Target: fmt.Sprintf("≥ %g %%", 100*targetCeiling), NA: true}
+	if cl := r.Consumer.Ceiling; cl != nil && cl.EPSOnCoresLeft > 0 {
+		ceiling.Value, ceiling.NA = fmt.Sprintf("%.1f %%", 100*cl.ReachedOnCoresLeft), false
+		ceiling.Met = cl.ReachedOnCoresLeft >= targetCeiling
+		if !ceiling.Met {
+			ceiling.Why = fmt.Sprintf("%s of %s ev/s on %.2f cores; the machine was %.0f %% idle: waits, not cores, held the rate",
+				thousands(c), thousands(cl.EPSOnCoresLeft), cl.CoresLeft, 100*r.Consumer.CPU.Idle)
+		}
+	}
 	p99 := float64(targetP99.Milliseconds())
 	r.Targets = []targetCheck{
 		{Name: "events/s ÷ broker-only events/s", Value: fmt.Sprintf("%.1f %%", 100*r.Ratios.ToBroker), Target: fmt.Sprintf("≥ %g %%", 100*targetBrokerRatio), Met: r.Ratios.ToBroker >= targetBrokerRatio},
+		ceiling,
 		{Name: targetPacedDB, Value: fmtMs(r.Paced.DBp99ms), Target: fmt.Sprintf("≤ %g ms", p99), Met: r.Paced.DBp99ms <= p99, NA: r.Paced.DBn == 0},
 		{Name: "paced p99 produce → offset commit", Value: fmtMs(r.Paced.Offp99ms), Target: fmt.Sprintf("≤ %g ms", p99), Met: r.Paced.Offp99ms <= p99},
 		{Name: "peak RSS", Value: fmt.Sprintf("%.1f MiB", r.RSSPeakMiB), Target: fmt.Sprintf("≤ %d MiB", targetRSS>>20), Met: r.RSSPeakMiB > 0 && r.RSSPeakMiB <= targetRSS>>20},

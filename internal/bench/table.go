@@ -48,12 +48,20 @@ func (b *benchmark) table(r *serviceResult) {
 		fmt.Fprintf(w, "    %s\t%s\t%s\t%s\n", t.Name, t.Value, t.Target, verdict)
 	}
 	fmt.Fprintf(w, "  per event: wall / consumer CPU / PostgreSQL CPU\t%.0f / %.0f / %.0f µs\tflat 10k → 1M\tcompare runs of several N\n", c.WallUsPer, c.CPUUsPer, c.PGUsPer)
+	fmt.Fprintf(w, "  CPU per event, consumer + PostgreSQL\t%.0f µs\t\tthe ceiling's cost\n", c.CPUUsPer+c.PGUsPer)
 	w.Flush()
 	fmt.Fprintf(b.Out, "  CPU during the max run (cores of %d): consumer %.2f · PostgreSQL %.2f · pinctl+broker %.2f · other processes %.2f\n",
 		c.CPU.Cores, c.CPU.Consumer, c.CPU.Postgres, c.CPU.Pinctl, c.CPU.Others)
+	if l := ceilingLine(c.Ceiling, c.CPU); l != "" {
+		fmt.Fprintf(b.Out, "  %s\n", l)
+	}
+	if px := c.DBProxy; px != nil {
+		fmt.Fprintf(b.Out, "  PostgreSQL %s away (--db-latency): over the max run the proxy forwarded %.2f chunks per event to it and %.2f back (about one each way per round trip)\n",
+			b.DBLatency, px.ToPostgres, px.FromPostgres)
+	}
 	if p := r.Paced.CPU; p != nil {
-		fmt.Fprintf(b.Out, "  CPU during the paced run (cores of %d): consumer %.2f · PostgreSQL %.2f · pinctl+broker %.2f · other processes %.2f\n",
-			p.Cores, p.Consumer, p.Postgres, p.Pinctl, p.Others)
+		fmt.Fprintf(b.Out, "  CPU during the paced run (cores of %d): consumer %.2f · PostgreSQL %.2f · pinctl+broker %.2f · other processes %.2f · machine idle %.0f %%\n",
+			p.Cores, p.Consumer, p.Postgres, p.Pinctl, p.Others, 100*p.Idle)
 	}
 	if pc := r.Paced; pc.CPU != nil && pc.Batches > 0 {
 		commits := ""

@@ -44,10 +44,30 @@ type Options struct {
 	// Port to listen on; 0 picks a free one. A data directory that already
 	// holds a running server keeps its port.
 	Port int
+	// Settings are extra server settings, each name=value (a -c of the
+	// server's command line, after the defaults; no spaces or quotes), e.g.
+	// shared_preload_libraries=pg_stat_statements. A data directory that
+	// already holds a running server keeps its settings.
+	Settings []string
 }
 
 // ErrNoBinaries reports that no PostgreSQL server binaries were found.
 var ErrNoBinaries = errors.New("localpg: no PostgreSQL server binaries found (looked in $PG_BIN, /usr/lib/postgresql/*/bin and $PATH); install them with `apt-get install -y postgresql`")
+
+// LibDir is the directory of the server's loadable modules (pg_config
+// --pkglibdir beside the binaries BinDir finds, else their ../lib).
+func LibDir() (string, error) {
+	bin, err := BinDir()
+	if err != nil {
+		return "", err
+	}
+	if out, err := exec.Command(filepath.Join(bin, "pg_config"), "--pkglibdir").Output(); err == nil {
+		if d := strings.TrimSpace(string(out)); d != "" {
+			return d, nil
+		}
+	}
+	return filepath.Join(filepath.Dir(bin), "lib"), nil
+}
 
 // BinDir finds the directory of initdb, pg_ctl and postgres: $PG_BIN, else
 // the newest /usr/lib/postgresql/*/bin, else the directory of initdb on $PATH.
@@ -77,6 +97,11 @@ func pgVersion(binDir string) int {
 // or attaches to the server already running on dir. It waits until the
 // server accepts connections.
 func Start(ctx context.Context, dir string, opts Options) (*Server, error) {
+	for _, kv := range opts.Settings {
+		if k, _, ok := strings.Cut(kv, "="); !ok || k == "" || strings.ContainsAny(kv, " \t\n'\"\\") {
+			return nil, fmt.Errorf("localpg: setting %q is not name=value without spaces or quotes", kv)
+		}
+	}
 	bin, err := BinDir()
 	if err != nil {
 		return nil, err
@@ -128,6 +153,9 @@ func Start(ctx context.Context, dir string, opts Options) (*Server, error) {
 	}
 	if !opts.Durable {
 		conf = append(conf, "-c fsync=off", "-c synchronous_commit=off", "-c full_page_writes=off")
+	}
+	for _, kv := range opts.Settings {
+		conf = append(conf, "-c "+kv)
 	}
 	if err := s.run(ctx, "pg_ctl", "start", "-w", "-t", "60", "-D", dir,
 		"-l", filepath.Join(dir, "server.log"), "-o", strings.Join(conf, " ")); err != nil {
