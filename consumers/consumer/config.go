@@ -32,7 +32,7 @@ type Config struct {
 	// (package kafkaenv).
 	Kafka kafka.ConfigMap
 
-	BatchSize int `env:"CONSUMER_BATCH_SIZE" default:"64" help:"messages of one partition per transaction, ≤ MaxBatchSize"`
+	BatchSize int `env:"CONSUMER_BATCH_SIZE" default:"256" help:"messages of one partition per transaction, ≤ MaxBatchSize"`
 	QueueSize int `env:"CONSUMER_QUEUE_SIZE" default:"256" help:"messages buffered per partition before it is paused"`
 	// QueueBytes: what a partition's messages may hold, queued or in a
 	// transaction, before it is paused (DefaultQueueBytes).

@@ -17,7 +17,7 @@ func TestConfigFromEnv(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if c.HTTPAddr != ":9091" || c.RetryTimeScale != 1 || c.LogLevel.String() != "info" || c.BatchSize != 64 {
+		if c.HTTPAddr != ":9091" || c.RetryTimeScale != 1 || c.LogLevel.String() != "info" || c.BatchSize != 256 {
 			t.Fatalf("defaults: %+v", c)
 		}
 	})
