@@ -288,7 +288,7 @@ func TestPreparedStatementsArePlannedForTheTableAsItIsNow(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		defer tx.Rollback()
+		defer func() { _ = tx.Rollback() }()
 		var mode string
 		if err := tx.QueryRowContext(ctx, `SHOW plan_cache_mode`).Scan(&mode); err != nil || mode != "force_custom_plan" {
 			t.Fatalf("plan_cache_mode in a transaction = %q (%v), want force_custom_plan", mode, err)
