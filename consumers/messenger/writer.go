@@ -189,8 +189,17 @@ func write(ctx context.Context, tx *ent.Tx, v *view) error {
 		}
 	}
 	if len(w.events) > 0 {
-		var ids, chats, types, users, roles, previous, occurred, sources consumer.Array
+		var ids, chats, types, users, roles, previous, occurred, sources, created consumer.Array
+		// created_at orders a chat's facts as they were applied: strictly
+		// increasing, as ent's time.Now per row made it.
+		var last time.Time
 		for _, q := range w.events {
+			at := time.Now().Truncate(time.Microsecond)
+			if !at.After(last) {
+				at = last.Add(time.Microsecond)
+			}
+			last = at
+			created.Time(at)
 			ids.UUID(uuid.New())
 			chats.UUID(q.chatID)
 			types.Text(q.f.Type)
@@ -213,6 +222,7 @@ func write(ctx context.Context, tx *ent.Tx, v *view) error {
 			{Name: chatevent.FieldPreviousRole, Type: "text", Values: &previous},
 			{Name: chatevent.FieldOccurredAt, Type: "timestamptz", Values: &occurred},
 			{Name: chatevent.FieldSourceMessageID, Type: "uuid", Values: &sources},
+			{Name: chatevent.FieldCreatedAt, Type: "timestamptz", Values: &created},
 		}, "")
 		if _, err := tx.ExecContext(ctx, q, args...); err != nil {
 			return fmt.Errorf("write the transaction's %d feed facts: %w", len(w.events), err)
