@@ -59,7 +59,9 @@ func (r *Runtime) prepare(km *kafka.Message, at time.Time) *item {
 			attribute.String("messaging.message.id", it.id),
 			attribute.String("pin.event_type", Cut(it.msg.EventType)))
 	}
-	r.logFor(it).Debug().Msg("consumed")
+	if r.log.GetLevel() <= zerolog.DebugLevel { // not the message's logger built for a line that is off
+		r.logFor(it).Debug().Msg("consumed")
+	}
 	return it
 }
 

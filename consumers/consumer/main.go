@@ -20,6 +20,8 @@ import (
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/sdk/resource"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/pin-platform/pin/ent"
 	"github.com/pin-platform/pin/internal/secret"
@@ -58,6 +60,9 @@ func Main(ctx context.Context, environ []string, stderr io.Writer, defaultHTTP s
 	for _, w := range cfg.Warnings {
 		log.Warn().Msg(w)
 	}
+	if tuneGC(ctx, environ) {
+		log.Debug().Int("GOGC", gcPercent).Int64("heap_floor_bytes", GCHeapFloor).Msg("gc defaults: neither GOGC nor GOMEMLIMIT is set")
+	}
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -68,7 +73,7 @@ func Main(ctx context.Context, environ []string, stderr io.Writer, defaultHTTP s
 	}
 	slog := log.With().Str("service", svc.Name).Logger() // New adds service to the runtime's own
 
-	shutdownTracing, err := setupTracing(ctx, environ, svc.Name)
+	tp, shutdownTracing, err := setupTracing(ctx, environ, svc.Name)
 	if err != nil {
 		slog.Error().Err(err).Msg("tracing setup failed")
 		return ExitConfig
@@ -92,7 +97,7 @@ func Main(ctx context.Context, environ []string, stderr io.Writer, defaultHTTP s
 		slog.Error().Err(err).Msg("setup failed")
 		return ExitFailed
 	}
-	rt, err := New(cfg, svc, client, db, Options{Logger: log, Registry: reg, SchemaVersion: schema, Redact: red.Redact})
+	rt, err := New(cfg, svc, client, db, Options{Logger: log, Registry: reg, SchemaVersion: schema, Redact: red.Redact, TracerProvider: tp})
 	if err != nil {
 		slog.Error().Err(err).Msg("setup failed")
 		return ExitFailed
@@ -113,7 +118,7 @@ func Main(ctx context.Context, environ []string, stderr io.Writer, defaultHTTP s
 // variables ask for it (OTEL_TRACES_EXPORTER=otlp, or an
 // OTEL_EXPORTER_OTLP_[TRACES_]ENDPOINT), an OTLP/HTTP exporter configured by
 // those same variables. Without them no span leaves the process.
-func setupTracing(ctx context.Context, environ []string, service string) (func(), error) {
+func setupTracing(ctx context.Context, environ []string, service string) (trace.TracerProvider, func(), error) {
 	otel.SetTextMapPropagator(propagation.NewCompositeTextMapPropagator(propagation.TraceContext{}, propagation.Baggage{}))
 	env := map[string]string{}
 	for _, kv := range environ {
@@ -123,11 +128,13 @@ func setupTracing(ctx context.Context, environ []string, service string) (func()
 	}
 	exp := strings.ToLower(env["OTEL_TRACES_EXPORTER"])
 	if exp == "none" || (exp != "otlp" && env["OTEL_EXPORTER_OTLP_ENDPOINT"] == "" && env["OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"] == "") {
-		return func() {}, nil
+		// Off: spans that allocate nothing of their own (the global
+		// provider's stand-ins allocate three per message).
+		return noop.NewTracerProvider(), func() {}, nil
 	}
 	exporter, err := otlptracehttp.New(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("OTEL_EXPORTER_OTLP_*: %w", err)
+		return nil, nil, fmt.Errorf("OTEL_EXPORTER_OTLP_*: %w", err)
 	}
 	opts := []sdktrace.TracerProviderOption{sdktrace.WithBatcher(exporter)}
 	if env["OTEL_SERVICE_NAME"] == "" {
@@ -139,7 +146,7 @@ func setupTracing(ctx context.Context, environ []string, service string) (func()
 	}
 	tp := sdktrace.NewTracerProvider(opts...)
 	otel.SetTracerProvider(tp)
-	return func() {
+	return tp, func() {
 		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		_ = tp.Shutdown(sctx)
