@@ -192,28 +192,34 @@ func (c *textJSONConn) CheckNamedValue(nv *driver.NamedValue) error {
 	return c.pc.CheckNamedValue(nv)
 }
 
-// beginCustomPlans begins a transaction as lib/pq does (READ WRITE: a
-// standby refuses it at once), whose statements are planned for
-// their arguments at every execution, prepared ones included.
-const beginCustomPlans = "BEGIN READ WRITE; SET LOCAL plan_cache_mode = force_custom_plan"
+// beginPlans begins a transaction as lib/pq does (READ WRITE: a standby
+// refuses it at once) whose prepared statements run the plan made once
+// per connection, and whose plans read tables by index.
+const beginPlans = "BEGIN READ WRITE; SET LOCAL plan_cache_mode = force_generic_plan; SET LOCAL enable_seqscan = off"
 
-// BeginTx begins a transaction. With the statement cache on, its
-// statements are planned at every execution, for their arguments
-// (plan_cache_mode = force_custom_plan, set in the BEGIN's own round trip
-// and for the transaction only, so that no pooler's server connection
-// keeps it). PostgreSQL would otherwise settle, after a prepared
-// statement's fifth execution, on a generic plan made once with the
-// statistics of that moment: a table that was empty then (a fresh
-// replica filling from the topic's start, before autovacuum's first
-// ANALYZE) keeps a sequential scan as it grows, every transaction reading
-// the whole table (bench/README.md, "Fixed statement texts"). The
-// statements are fixed texts over arrays (setsql.go), cheap to plan; the
-// cache still saves their parse and analysis.
+// BeginTx begins a transaction. With the statement cache on, it sets two
+// planner settings in the BEGIN's own round trip, for the transaction
+// only (no pooler's server connection keeps them):
+//   - plan_cache_mode = force_generic_plan: a prepared statement is
+//     planned once per connection, not at every execution. The
+//     statements are fixed texts over arrays (setsql.go) whose length the
+//     generic plan does not know; planning one for its arguments took
+//     0.1–0.5 ms, as long as running it.
+//   - enable_seqscan = off: every statement of a transaction of messages
+//     looks rows up by the keys its batch holds, for which an index
+//     exists. A plan made while a table was empty or small (a fresh
+//     replica filling from the topic's start, before autovacuum's first
+//     ANALYZE) would otherwise be a sequential scan, kept as the table
+//     grows (bench/README.md, "Fixed statement texts"); custom plans chose
+//     such scans too, on the estimates of tables not yet analyzed.
+//     (Turning hash and merge joins off as well made it worse: with no
+//     statistics the planner then materialised a whole index scan into a
+//     nested loop.)
 func (c *textJSONConn) BeginTx(ctx context.Context, opts driver.TxOptions) (driver.Tx, error) {
 	if c.cache == nil || opts != (driver.TxOptions{}) {
 		return c.pc.BeginTx(ctx, opts)
 	}
-	if _, err := c.pc.ExecContext(ctx, beginCustomPlans, nil); err != nil {
+	if _, err := c.pc.ExecContext(ctx, beginPlans, nil); err != nil {
 		// A BEGIN that ran before the SET failed leaves the connection in
 		// a failed transaction: end it, or lib/pq's next BEGIN refuses.
 		_, _ = c.pc.ExecContext(context.WithoutCancel(ctx), "ROLLBACK", nil)

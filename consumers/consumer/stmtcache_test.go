@@ -264,11 +264,11 @@ func refusesWhileOpen(t *testing.T, c *sql.Conn, open string, openArgs []any) {
 	}
 }
 
-// A prepared statement is planned for the table as it is at each
-// execution: PostgreSQL's generic plan, made once, would keep the
-// sequential scan it chose while the table was empty for as long as no
-// ANALYZE comes, reading the whole table on every transaction as the
-// table fills (a fresh replica replaying its topic).
+// A prepared statement's plan, made once while its table was empty, reads
+// the table by its index as it fills: the sequential scan PostgreSQL
+// would choose then (and keep for as long as no ANALYZE comes) would read
+// the whole table on every transaction (a fresh replica replaying its
+// topic).
 func TestPreparedStatementsArePlannedForTheTableAsItIsNow(t *testing.T) {
 	ctx := context.Background()
 	db, reg := cachePool(t, pgtest.NewDB(t), 16)
@@ -289,9 +289,11 @@ func TestPreparedStatementsArePlannedForTheTableAsItIsNow(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer func() { _ = tx.Rollback() }()
-		var mode string
-		if err := tx.QueryRowContext(ctx, `SHOW plan_cache_mode`).Scan(&mode); err != nil || mode != "force_custom_plan" {
-			t.Fatalf("plan_cache_mode in a transaction = %q (%v), want force_custom_plan", mode, err)
+		for setting, want := range map[string]string{"plan_cache_mode": "force_generic_plan", "enable_seqscan": "off"} {
+			var got string
+			if err := tx.QueryRowContext(ctx, `SHOW `+setting).Scan(&got); err != nil || got != want {
+				t.Fatalf("%s in a transaction = %q (%v), want %s", setting, got, err, want)
+			}
 		}
 		var n int
 		if err := tx.QueryRowContext(ctx, `SELECT count(*) FROM grows WHERE id = ANY($1::uuid[])`, consumer.UUIDArray([]uuid.UUID{id})).Scan(&n); err != nil {
@@ -327,9 +329,11 @@ func TestPreparedStatementsArePlannedForTheTableAsItIsNow(t *testing.T) {
 	if after := scans(); after != before {
 		t.Fatalf("%d sequential scans of the grown table by 5 lookups of one key: a plan made for the empty table", after-before)
 	}
-	// Outside a transaction the session keeps the server's setting.
-	var mode string
-	if err := c.QueryRowContext(ctx, `SHOW plan_cache_mode`).Scan(&mode); err != nil || mode != "auto" {
-		t.Fatalf("plan_cache_mode outside a transaction = %q (%v), want the server's auto", mode, err)
+	// Outside a transaction the session keeps the server's settings.
+	for setting, want := range map[string]string{"plan_cache_mode": "auto", "enable_seqscan": "on"} {
+		var got string
+		if err := c.QueryRowContext(ctx, `SHOW `+setting).Scan(&got); err != nil || got != want {
+			t.Fatalf("%s outside a transaction = %q (%v), want the server's %s", setting, got, err, want)
+		}
 	}
 }

@@ -75,7 +75,13 @@ func read(ctx context.Context, tx *ent.Tx, msgs []*consumer.Message) (*view, err
 		return v, nil
 	}
 	found, err := tx.Lead.Query().
-		Where(lead.Status(StatusActive), func(s *sql.Selector) {
+		Where(func(s *sql.Selector) {
+			// The status as a literal, not an argument: the plan, made
+			// once per connection for any argument (db.go), can then use
+			// the partial index of Active pairs (ux_leads_active_pair).
+			s.Where(sql.P(func(b *sql.Builder) {
+				b.Ident(s.C(lead.FieldStatus)).WriteString(" = '" + StatusActive + "'")
+			}))
 			s.Where(sql.P(func(b *sql.Builder) {
 				b.WriteByte('(').Ident(s.C(lead.FieldExecutorAgentUserID)).Comma().Ident(s.C(lead.FieldPrimaryInvestorUserID)).
 					WriteString(") IN (SELECT * FROM unnest(").Arg(pq.Array(agents)).WriteString("::uuid[], ").

@@ -2,12 +2,17 @@ package crm
 
 import (
 	"context"
+	"fmt"
 	"testing"
 
+	"entgo.io/ent/dialect"
+	entsql "entgo.io/ent/dialect/sql"
+	"github.com/google/uuid"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/pin-platform/pin/consumers/consumer"
 	"github.com/pin-platform/pin/consumers/servicetest"
+	"github.com/pin-platform/pin/ent"
 )
 
 // read always returns a view, an empty one when no message decodes.
@@ -21,5 +26,66 @@ func TestReadAlwaysHasAView(t *testing.T) {
 	v, err := read(context.Background(), nil, []*consumer.Message{bad})
 	if err != nil || v == nil || len(v.leads)+len(v.inFeed) != 0 {
 		t.Fatalf("read of an undecodable message: %+v, %v; want an empty view", v, err)
+	}
+}
+
+// The read's plan, made once per connection for any argument (a
+// transaction of messages forces generic plans: consumers/consumer/db.go),
+// looks each pair up in the partial index of Active pairs,
+// ux_leads_active_pair, which it can only use with the status a literal of
+// its text: with an argument it read every lead, in the primary key's
+// order, in every transaction.
+func TestReadLooksPairsUpInTheActivePairIndex(t *testing.T) {
+	h := newHarness(t)
+	ctx := context.Background()
+	h.Exec(`INSERT INTO leads (id, tenant_id, executor_agent_user_id, primary_investor_user_id, status)
+SELECT gen_random_uuid(), gen_random_uuid(), gen_random_uuid(), gen_random_uuid(), CASE WHEN i % 4 = 0 THEN 'Archived' ELSE 'Active' END
+FROM generate_series(1, 2000) AS i`)
+	want := h.insertLead(StatusActive)
+	h.Exec(`ANALYZE leads`) // as autovacuum does: the plan's choice rests on what the statistics say
+
+	db, err := consumer.OpenDB(h.URL, consumer.DBOptions{StatementCache: 16})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	client := ent.NewClient(ent.Driver(entsql.OpenDB(dialect.Postgres, db)))
+	tx, err := client.Tx(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback() }()
+	payload := fmt.Sprintf(`{"SelectionId": %q, "Action": "Shared", "AgentUserId": %q, "InvestorUserId": %q, "OccurredAt": "2026-12-01T10:00:00Z"}`,
+		uuid.NewString(), want.Agent, want.Investor)
+	msg, err := servicetest.PayloadMessage(New(prometheus.NewRegistry()), EventType, "Selection", []byte(payload))
+	if err != nil {
+		t.Fatal(err)
+	}
+	const reads = 3
+	for range reads {
+		v, err := read(ctx, tx, []*consumer.Message{msg})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if l := v.leads[pair{want.Agent, want.Investor}]; l == nil || l.ID != want.ID {
+			t.Fatalf("read found %v for the pair, want lead %s", l, want.ID)
+		}
+	}
+	// This transaction's own counts, before any flush.
+	rows, err := tx.QueryContext(ctx, `SELECT seq_scan, idx_tup_fetch FROM pg_stat_xact_user_tables WHERE relname = 'leads'`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var seq, fetched int64
+	for rows.Next() {
+		if err := rows.Scan(&seq, &fetched); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := rows.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if seq != 0 || fetched > reads {
+		t.Fatalf("%d reads of one pair among 2,001 leads: %d sequential scans, %d rows fetched by index; want 0 and at most %d", reads, seq, fetched, reads)
 	}
 }
