@@ -33,7 +33,10 @@ type Config struct {
 	Kafka kafka.ConfigMap
 
 	BatchSize int `env:"CONSUMER_BATCH_SIZE" default:"256" help:"messages of one partition per transaction, ≤ MaxBatchSize"`
-	QueueSize int `env:"CONSUMER_QUEUE_SIZE" default:"256" help:"messages buffered per partition before it is paused"`
+	// QueueSize: at least two batches (DESIGN.md, "Back-pressure"): the
+	// queue holds the next batch while one is in a transaction, and the
+	// partition, paused when the queue is full, resumes at half.
+	QueueSize int `env:"CONSUMER_QUEUE_SIZE" default:"512" help:"messages buffered per partition before it is paused"`
 	// QueueBytes: what a partition's messages may hold, queued or in a
 	// transaction, before it is paused (DefaultQueueBytes).
 	// TransactionBytes: what one transaction's messages may hold
@@ -274,6 +277,9 @@ func ConfigFromEnv(environ []string, defaultHTTP string) (Config, error) {
 	}
 	if c.BatchSize > MaxBatchSize {
 		fail("CONSUMER_BATCH_SIZE", fmt.Errorf("is above %d", MaxBatchSize))
+	}
+	if c.QueueSize > 0 && c.QueueSize < 2*c.BatchSize {
+		c.Warnings = append(c.Warnings, fmt.Sprintf("CONSUMER_QUEUE_SIZE %d is under twice CONSUMER_BATCH_SIZE %d: under a backlog a partition then pauses, and is fetched again, on every batch", c.QueueSize, c.BatchSize))
 	}
 	if _, err := pq.NewConfig(c.DatabaseURL); c.DatabaseURL != "" && err != nil {
 		// Never the value nor the parser's text: both may hold the password.

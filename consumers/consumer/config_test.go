@@ -17,8 +17,20 @@ func TestConfigFromEnv(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if c.HTTPAddr != ":9091" || c.RetryTimeScale != 1 || c.LogLevel.String() != "info" || c.BatchSize != 256 {
+		if c.HTTPAddr != ":9091" || c.RetryTimeScale != 1 || c.LogLevel.String() != "info" || c.BatchSize != 256 || c.QueueSize != 512 {
 			t.Fatalf("defaults: %+v", c)
+		}
+		if len(c.Warnings) != 0 {
+			t.Fatalf("defaults warn: %q", c.Warnings)
+		}
+	})
+	t.Run("a queue of less than two batches warns", func(t *testing.T) {
+		c, err := ConfigFromEnv(append(base, "CONSUMER_QUEUE_SIZE=256"), "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(c.Warnings) != 1 || !strings.Contains(c.Warnings[0], "CONSUMER_QUEUE_SIZE 256 is under twice CONSUMER_BATCH_SIZE 256") {
+			t.Fatalf("warnings: %q", c.Warnings)
 		}
 	})
 	t.Run("kafka properties pass through", func(t *testing.T) {
