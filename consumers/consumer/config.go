@@ -82,9 +82,9 @@ const DefaultTransactions = 2
 // DefaultQueueBytes and DefaultTransactionBytes bound the memory that
 // messages hold (keys, values, headers) per partition and per transaction.
 // At the events' usual size (about 1 KB) the message counts bind first
-// (256 queued are ~256 KB); they matter for large records, which Kafka
-// takes up to about 1 MiB each: 256 of those queued behind one that waits
-// would be 256 MiB a partition.
+// (512 queued are ~512 KB); they matter for large records, which Kafka
+// takes up to about 1 MiB each: 512 of those queued behind one that waits
+// would be 512 MiB a partition.
 const (
 	DefaultQueueBytes       = 2 << 20
 	DefaultTransactionBytes = 2 << 20

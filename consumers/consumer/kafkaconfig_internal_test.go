@@ -21,8 +21,8 @@ func TestConsumerConfigDefaultsAndOverrides(t *testing.T) {
 		return r.consumerConfig()
 	}
 	cm := build()
-	if got := cm["queued.max.messages.kbytes"]; got != 4096 {
-		t.Fatalf("queued.max.messages.kbytes = %v, want 4096 by default", got)
+	if got := cm["queued.max.messages.kbytes"]; got != 2048 {
+		t.Fatalf("queued.max.messages.kbytes = %v, want 2048 by default", got)
 	}
 	if got := cm["fetch.queue.backoff.ms"]; got != 10 {
 		t.Fatalf("fetch.queue.backoff.ms = %v, want 10 by default: librdkafka's 1 s stalls a consumer catching up", got)

@@ -205,17 +205,20 @@ var consumerDefaults = kafka.ConfigMap{
 	"enable.partition.eof":    false,
 	// librdkafka prefetches up to 64 MiB (its default) while the workers
 	// are behind — C memory, outside the Go heap and GOMEMLIMIT. The
-	// workers' own queues (CONSUMER_QUEUE_SIZE) hold the next batches; 4
-	// MiB is about half a second of prefetch at 10,000 events/s of 800
-	// bytes, while a fetch from a broker takes milliseconds.
+	// workers' own queues (CONSUMER_QUEUE_SIZE, two batches) hold the next
+	// batches; 2 MiB is about a quarter of a second of prefetch at 10,000
+	// events/s of 800 bytes, while a fetch from a broker takes
+	// milliseconds.
 	// bench: rewards at N = 1M peaked at 68.0 and 70.8 MiB RSS with 64 MiB,
 	// 60.3 with 8 MiB, at the same rate; with the statement cache, 65.9–66.8
-	// with 8 MiB and 60.0 with 4 MiB, at the same rate.
-	"queued.max.messages.kbytes": 4096,
+	// with 8 MiB and 60.0 with 4 MiB, at the same rate. With queues of two
+	// batches (512), N = 100k: 61–65 MiB with 4 MiB, 60–62 with 2, the rates
+	// within the spread.
+	"queued.max.messages.kbytes": 2048,
 	// Once the consumer's prefetch (one queue for all its partitions)
 	// passes that bound, or queued.min.messages, librdkafka postpones the
 	// next fetch by this long: 1 s by default, while the workers may drain
-	// 4 MiB in a fraction of it and then wait on an empty queue. 10 ms
+	// 2 MiB in a fraction of it and then wait on an empty queue. 10 ms
 	// re-checks often enough that a consumer catching up never waits long
 	// on its own prefetch, and a re-check that finds the queue still full
 	// sends nothing.
