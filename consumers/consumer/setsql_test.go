@@ -122,3 +122,19 @@ func TestSetBasedStatementsRoundTripOnPostgreSQL(t *testing.T) {
 		}
 	}
 }
+
+// A transaction's new rows take time-ordered keys: each after the one
+// before, so they land at the right edge of the primary key's index.
+func TestNewRowIDsAreVersion7AndIncreasing(t *testing.T) {
+	prev := NewRowID()
+	for range 10000 {
+		id := NewRowID()
+		if id.Version() != 7 {
+			t.Fatalf("%s is a version %d UUID, want 7", id, id.Version())
+		}
+		if bytes.Compare(id[:], prev[:]) <= 0 {
+			t.Fatalf("%s does not come after %s", id, prev)
+		}
+		prev = id
+	}
+}

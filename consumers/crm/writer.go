@@ -62,7 +62,7 @@ func (v *view) append(l *ent.Lead, e FeedEntry, now time.Time, m *consumer.Messa
 	if err != nil {
 		return uuid.Nil, fmt.Errorf("marshal the feed payload: %w", err)
 	}
-	id := uuid.New()
+	id := consumer.NewRowID()
 	v.rows = append(v.rows, queuedEntry{l, e, id, payload})
 	v.inFeed[e.SourceMessageID] = l.ID
 	bp := v.bumps[l.ID]

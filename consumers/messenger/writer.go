@@ -90,7 +90,7 @@ func (v *view) apply(chatID, messageID uuid.UUID, s snapshot, d diff, byUser map
 			changed(r)
 			continue
 		}
-		r := &ent.ChatParticipant{ID: uuid.New(), ChatID: chatID, UserID: a.UserID, Role: a.Role, JoinedAt: now}
+		r := &ent.ChatParticipant{ID: consumer.NewRowID(), ChatID: chatID, UserID: a.UserID, Role: a.Role, JoinedAt: now}
 		v.members[chatID] = append(v.members[chatID], r)
 		v.inserts[r.ID] = r
 	}
@@ -108,7 +108,7 @@ func (v *view) apply(chatID, messageID uuid.UUID, s snapshot, d diff, byUser map
 	for _, f := range d.facts() { // one fact per change (MSG-6)
 		v.events = append(v.events, queuedFact{chatID, messageID, s.ChangedAt, f})
 	}
-	id := uuid.New()
+	id := consumer.NewRowID()
 	// created_at orders a chat's updates for the pusher: strictly
 	// increasing within the transaction (the rows of one multi-row INSERT
 	// would otherwise share a microsecond), as they are between
@@ -200,7 +200,7 @@ func write(ctx context.Context, tx *ent.Tx, v *view) error {
 			}
 			last = at
 			created.Time(at)
-			ids.UUID(uuid.New())
+			ids.UUID(consumer.NewRowID())
 			chats.UUID(q.chatID)
 			types.Text(q.f.Type)
 			users.UUID(q.f.UserID)
