@@ -11,6 +11,8 @@ import (
 	"entgo.io/ent/dialect"
 	"entgo.io/ent/dialect/sql"
 	"github.com/google/uuid"
+
+	"github.com/pin-platform/pin/schema"
 )
 
 // Set-based statements. A transaction reads and writes the rows of all its
@@ -214,10 +216,11 @@ func SortedIDs[V any](m map[uuid.UUID]V) []uuid.UUID {
 	return ids
 }
 
-// NewRowID is the primary key of a row a transaction inserts: a version 7
-// UUID, whose leading 48 bits are the time in milliseconds, so that the
-// rows land at the right edge of their primary key's index (a page that is
-// in memory and in cache, split once as it fills) instead of on a random
-// leaf of it, as version 4's did, each a page to find, dirty and write
-// whole to the WAL after a checkpoint.
-func NewRowID() uuid.UUID { return uuid.Must(uuid.NewV7()) }
+// NewRowID is the primary key of a row a transaction inserts, as ent's
+// default for every id column (schema.NewRowID): a version 7 UUID, whose
+// leading 48 bits are the time in milliseconds, so that the rows land at
+// the right edge of their primary key's index (a page that is in memory
+// and in cache, split once as it fills) instead of on a random leaf of it,
+// as version 4's did, each a page to find, dirty and write whole to the
+// WAL after a checkpoint.
+func NewRowID() uuid.UUID { return schema.NewRowID() }
