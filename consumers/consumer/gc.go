@@ -6,6 +6,7 @@ import (
 	"runtime/debug"
 	rtmetrics "runtime/metrics"
 	"strings"
+	"sync"
 	"time"
 )
 
@@ -51,41 +52,80 @@ func gcLimit(live uint64) int64 {
 	return max(GCHeapFloor, int64(live)+GCHeapFloor/2)
 }
 
+// gcTuner is the process's one tuner: Main runs in tests beside other
+// Mains, so the first to apply the defaults starts it and the last to end
+// restores what the process had before.
+var gcTuner struct {
+	sync.Mutex
+	users         int
+	stop          chan struct{}
+	oldPercent    int
+	oldLimitBytes int64
+}
+
 // tuneGC applies the GC defaults when environ sets neither knob, and keeps
-// the limit at gcLimit of the live heap until ctx ends; then it restores
-// what it found (Main runs in tests beside other code). It reports
-// whether it applied them.
+// the limit at gcLimit of the live heap until ctx ends. It reports whether
+// it applied them.
 func tuneGC(ctx context.Context, environ []string) bool {
 	if !gcPolicy(environ) {
 		return false
 	}
-	sample := []rtmetrics.Sample{{Name: "/gc/heap/live:bytes"}}
-	live := func() uint64 {
-		rtmetrics.Read(sample)
-		if sample[0].Value.Kind() != rtmetrics.KindUint64 {
-			return 0
-		}
-		return sample[0].Value.Uint64()
+	g := &gcTuner
+	g.Lock()
+	if g.users == 0 {
+		g.oldLimitBytes = debug.SetMemoryLimit(gcLimit(liveHeap()))
+		g.oldPercent = debug.SetGCPercent(gcPercent)
+		g.stop = make(chan struct{})
+		go keepGCLimit(g.stop)
 	}
-	oldLimit := debug.SetMemoryLimit(gcLimit(live()))
-	oldPercent := debug.SetGCPercent(gcPercent)
+	g.users++
+	g.Unlock()
 	go func() {
-		t := time.NewTicker(gcTuneInterval)
-		defer t.Stop()
-		last := int64(-1)
-		for {
-			select {
-			case <-ctx.Done():
-				debug.SetGCPercent(oldPercent)
-				debug.SetMemoryLimit(oldLimit)
-				return
-			case <-t.C:
-				if l := gcLimit(live()); l != last {
-					debug.SetMemoryLimit(l)
-					last = l
-				}
-			}
+		<-ctx.Done()
+		g.Lock()
+		defer g.Unlock()
+		if g.users--; g.users == 0 {
+			close(g.stop)
+			debug.SetGCPercent(g.oldPercent)
+			debug.SetMemoryLimit(g.oldLimitBytes)
 		}
 	}()
 	return true
+}
+
+// keepGCLimit re-reads the live heap every gcTuneInterval and moves the
+// soft limit with it, until stop closes.
+func keepGCLimit(stop chan struct{}) {
+	t := time.NewTicker(gcTuneInterval)
+	defer t.Stop()
+	last := int64(-1)
+	for {
+		select {
+		case <-stop:
+			return
+		case <-t.C:
+			gcTuner.Lock()
+			select {
+			case <-stop: // ended while this tick waited: the knobs are restored
+				gcTuner.Unlock()
+				return
+			default:
+			}
+			if l := gcLimit(liveHeap()); l != last {
+				debug.SetMemoryLimit(l)
+				last = l
+			}
+			gcTuner.Unlock()
+		}
+	}
+}
+
+// liveHeap is the heap the last GC cycle found live.
+func liveHeap() uint64 {
+	sample := []rtmetrics.Sample{{Name: "/gc/heap/live:bytes"}}
+	rtmetrics.Read(sample)
+	if sample[0].Value.Kind() != rtmetrics.KindUint64 {
+		return 0
+	}
+	return sample[0].Value.Uint64()
 }

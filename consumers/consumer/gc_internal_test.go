@@ -99,3 +99,30 @@ func gogc() int {
 	debug.SetGCPercent(p)
 	return p
 }
+
+// Two Mains in one process (tests): the defaults last until the last of
+// them ends, and only then is what the process had restored.
+func TestTuneGCLastToEndRestores(t *testing.T) {
+	before, beforeLimit := debug.SetGCPercent(100), debug.SetMemoryLimit(math.MaxInt64)
+	defer debug.SetGCPercent(before)
+	defer debug.SetMemoryLimit(beforeLimit)
+
+	first, endFirst := context.WithCancel(context.Background())
+	second, endSecond := context.WithCancel(context.Background())
+	if !tuneGC(first, nil) || !tuneGC(second, nil) {
+		t.Fatal("tuneGC did not apply its defaults with neither knob set")
+	}
+	endFirst()
+	time.Sleep(100 * time.Millisecond) // the first's end is seen
+	if got := gogc(); got != gcPercent {
+		t.Fatalf("GOGC = %d after the first ended with the second running, want %d", got, gcPercent)
+	}
+	endSecond()
+	deadline := time.Now().Add(5 * time.Second)
+	for gogc() != 100 || debug.SetMemoryLimit(-1) != math.MaxInt64 {
+		if time.Now().After(deadline) {
+			t.Fatalf("knobs not restored after the last ended: GOGC %d, limit %d", gogc(), debug.SetMemoryLimit(-1))
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
