@@ -74,7 +74,7 @@ func OpenDB(dsn string, o DBOptions) (*sql.DB, error) {
 	if err != nil {
 		return nil, err
 	}
-	j := &jsonAsText{c: c, cache: o.StatementCache, seeds: [2]maphash.Seed{maphash.MakeSeed(), maphash.MakeSeed()}, log: zerolog.Nop()}
+	j := &jsonAsText{c: c, binary: cfg.BinaryParameters, cache: o.StatementCache, seeds: [2]maphash.Seed{maphash.MakeSeed(), maphash.MakeSeed()}, log: zerolog.Nop()}
 	if o.Logger != nil {
 		j.log = *o.Logger
 	}
@@ -99,14 +99,15 @@ var kvBinaryParameters = regexp.MustCompile(`(^|\s)binary_parameters\s*=`)
 // jsonAsText is a connector whose connections send json.RawMessage
 // arguments as text and keep a statement cache of cache statements.
 type jsonAsText struct {
-	c     driver.Connector
-	cache int
-	m     *stmtMetrics
-	epoch atomic.Uint64 // see stmtCache.epoch
-	seeds [2]maphash.Seed
-	off   atomic.Bool // a pooler lost a statement: prepare nothing more
-	log   zerolog.Logger
-	once  sync.Once
+	c      driver.Connector
+	binary bool // lib/pq's binary_parameters: []byte arguments go in binary
+	cache  int
+	m      *stmtMetrics
+	epoch  atomic.Uint64 // see stmtCache.epoch
+	seeds  [2]maphash.Seed
+	off    atomic.Bool // a pooler lost a statement: prepare nothing more
+	log    zerolog.Logger
+	once   sync.Once
 	// unnamed: the warning of a lib/pq whose names cannot be seeded
 	unnamed sync.Once
 }
@@ -130,7 +131,7 @@ func (j *jsonAsText) Connect(ctx context.Context) (driver.Conn, error) {
 		_ = c.Close()
 		return nil, fmt.Errorf("lib/pq connection %T lacks an interface the consumers rely on", c)
 	}
-	tc := &textJSONConn{Conn: c, pc: pc}
+	tc := &textJSONConn{Conn: c, pc: pc, binary: j.binary}
 	tc.named = seedNames(c, nameSeed())
 	if !tc.named && j.cache > 0 { // lib/pq's own names: prepare nothing (stmtcache.go)
 		j.unnamed.Do(func() {
@@ -151,10 +152,11 @@ func (j *jsonAsText) Driver() driver.Driver { return j.c.Driver() }
 // otherwise fall back to slower paths (prepared statements for every query).
 type textJSONConn struct {
 	driver.Conn
-	pc    pqConn
-	cache *stmtCache // nil: DATABASE_STATEMENT_CACHE=0
-	named bool       // lib/pq's name counter seeded (seedNames)
-	names int        // statement names used of its nameBudget
+	pc     pqConn
+	binary bool       // lib/pq sends []byte arguments in binary (binary_parameters)
+	cache  *stmtCache // nil: DATABASE_STATEMENT_CACHE=0
+	named  bool       // lib/pq's name counter seeded (seedNames)
+	names  int        // statement names used of its nameBudget
 }
 
 // pqConn is what lib/pq's connection implements beyond driver.Conn.
@@ -170,10 +172,17 @@ type pqConn interface {
 	driver.Pinger
 }
 
-// CheckNamedValue sends json.RawMessage as text and leaves everything else
-// to lib/pq.
+// CheckNamedValue sends json.RawMessage as text, an Array in binary where
+// it can (setsql.go), and leaves everything else to lib/pq.
 func (c *textJSONConn) CheckNamedValue(nv *driver.NamedValue) error {
 	switch v := nv.Value.(type) {
+	case *Array:
+		if b, ok := v.binary(); ok && c.binary {
+			nv.Value = b
+		} else {
+			nv.Value = v.text()
+		}
+		return nil
 	case json.RawMessage:
 		if v == nil {
 			nv.Value = nil

@@ -4,8 +4,6 @@ import (
 	"context"
 	"fmt"
 
-	"github.com/lib/pq"
-
 	"github.com/pin-platform/pin/ent"
 )
 
@@ -37,20 +35,20 @@ type mark struct {
 // already processed, or being processed by a transaction that committed
 // while this statement waited for it.
 func insertMarks(ctx context.Context, tx *ent.Tx, group, topic string, marks []mark) (map[string]bool, error) {
-	keys := make([]string, len(marks))
-	parts := make([]int64, len(marks))
-	offs := make([]int64, len(marks))
-	outs := make([]string, len(marks))
-	for i, m := range marks {
-		keys[i], parts[i], offs[i], outs[i] = m.key, int64(m.partition), m.offset, string(m.outcome)
+	var keys, parts, offs, outs Array
+	for _, m := range marks {
+		keys.Text(m.key)
+		parts.Int(int64(m.partition))
+		offs.Int(m.offset)
+		outs.Text(string(m.outcome))
 	}
 	rows, err := tx.QueryContext(ctx, `
 INSERT INTO processed_messages (idempotency_key, consumer_group, topic, "partition", "offset", outcome)
-SELECT k, $2, $3, p, o, oc FROM unnest($1::text[], $4::int[], $5::bigint[], $6::text[]) AS u(k, p, o, oc)
+SELECT k, $2, $3, p, o, oc FROM unnest($1::text[], $4::bigint[], $5::bigint[], $6::text[]) AS u(k, p, o, oc)
 ORDER BY k
 ON CONFLICT (idempotency_key) DO NOTHING
 RETURNING idempotency_key`,
-		pq.Array(keys), group, topic, pq.Array(parts), pq.Array(offs), pq.Array(outs))
+		&keys, group, topic, &parts, &offs, &outs)
 	if err != nil {
 		return nil, fmt.Errorf("insert idempotency marks: %w", err)
 	}

@@ -4,6 +4,9 @@ import (
 	"bytes"
 	"context"
 	"database/sql"
+	"database/sql/driver"
+	"math"
+	"math/rand/v2"
 	"strings"
 	"testing"
 	"time"
@@ -136,5 +139,126 @@ func TestNewRowIDsAreVersion7AndIncreasing(t *testing.T) {
 			t.Fatalf("%s does not come after %s", id, prev)
 		}
 		prev = id
+	}
+}
+
+// The binary form of an array reads as its text form does, element for
+// element, for every kind: the server gets the same values whichever the
+// connection sends (binary_parameters on or off). Times are compared to
+// the microsecond PostgreSQL keeps, ties of the rounding included.
+func TestArrayBinaryReadsAsItsText(t *testing.T) {
+	url := pgtest.NewDB(t)
+	sep := "?"
+	if strings.Contains(url, "?") {
+		sep = "&"
+	}
+	db, err := sql.Open("postgres", url+sep+"binary_parameters=yes")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	ctx := context.Background()
+
+	zone := time.FixedZone("", -(9*3600 + 30*60))
+	times := []time.Time{
+		time.Date(2026, 12, 2, 10, 0, 0, 123456789, time.UTC),
+		time.Date(1999, 12, 31, 23, 59, 59, 999999500, zone), // a tie that carries into the next second
+		time.Date(1970, 1, 1, 0, 0, 0, 500, time.UTC),        // ties go to even
+		time.Date(1970, 1, 1, 0, 0, 0, 1500, time.UTC),
+		time.Date(1, 1, 1, 0, 0, 0, 0, time.UTC),
+		time.Date(9999, 12, 31, 23, 59, 59, 999999000, time.UTC),
+		time.Date(2000, 1, 1, 0, 0, 0, 0, time.UTC).Add(-time.Nanosecond),
+	}
+	rng := rand.New(rand.NewPCG(1, 2))
+	for range 5000 {
+		ns := rng.Int64N(1e9)
+		if rng.IntN(4) == 0 {
+			ns = ns/1000*1000 + 500 // a tie
+		}
+		times = append(times, time.Unix(rng.Int64N(4e9)-2e9, ns).In(zone))
+	}
+	var tm Array
+	for i, at := range times {
+		if i%97 == 5 {
+			tm.Null()
+		}
+		tm.Time(at)
+	}
+	var ids, txt, ints, js Array
+	for i, s := range []string{`"quoted" and \back\slashed`, "кириллица, comma {brace}", "", "NULL", "{}", `a,b`} {
+		ids.UUID(uuid.New())
+		if i == 2 {
+			ids.Null()
+		}
+		txt.Text(s)
+		txt.Null()
+	}
+	for _, n := range []int64{0, -1, 1, math.MaxInt64, math.MinInt64} {
+		ints.Int(n)
+	}
+	for _, j := range []string{`{"SelectionId": "x", "n": 1.50, "t": "\u00e9"}`, `[]`, `{"a": {"b": null}}`} {
+		js.Text(j)
+	}
+	js.Null()
+	for _, c := range []struct {
+		name, typ string
+		a     *Array
+	}{
+		{"uuid", "uuid", &ids}, {"text", "text", &txt}, {"bigint", "bigint", &ints},
+		{"timestamptz", "timestamptz", &tm}, {"jsonb", "jsonb", &js}, {"empty", "uuid", UUIDArray(nil)},
+	} {
+		c.a.typ = c.typ
+		bin, ok := c.a.binary()
+		if c.name == "empty" {
+			if ok {
+				t.Fatalf("empty array: binary form %x, want the text '{}'", bin)
+			}
+			continue
+		}
+		if !ok {
+			t.Fatalf("%s: no binary form", c.name)
+		}
+		q := `SELECT count(*), count(*) FILTER (WHERE a IS NOT DISTINCT FROM b), min(n) FILTER (WHERE a IS DISTINCT FROM b)
+FROM unnest($1::` + c.typ + `[], $2::` + c.typ + `[]) WITH ORDINALITY AS u(a, b, n)`
+		var all, same int
+		var first sql.NullInt64
+		if err := db.QueryRowContext(ctx, q, bin, c.a.text()).Scan(&all, &same, &first); err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		if all != c.a.Len() || same != all {
+			t.Fatalf("%s: %d of %d elements read alike (first that differs: %v), want all %d", c.name, same, all, first, c.a.Len())
+		}
+	}
+}
+
+// What the binary form cannot carry as the text form would goes as text:
+// mixed elements, a cast to another type, a time PostgreSQL must judge
+// itself (it refuses year 0 as text: the refusal stays the server's).
+func TestArrayGoesAsTextWhereBinaryWouldDiffer(t *testing.T) {
+	var mixed, ints, year0, nulls Array
+	mixed.UUID(uuid.New())
+	mixed.Text("x")
+	ints.Int(1)
+	ints.typ = "integer"
+	year0.Time(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	year0.Time(time.Date(0, 6, 1, 0, 0, 0, 0, time.UTC))
+	nulls.Null()
+	for name, a := range map[string]*Array{"mixed": &mixed, "int as integer": &ints, "year 0": &year0, "only NULL": &nulls} {
+		if _, ok := a.binary(); ok {
+			t.Errorf("%s: a binary form, want text", name)
+		}
+	}
+	// The pool's connections send an Array as binary bytes only with
+	// binary_parameters; text otherwise.
+	var ids Array
+	ids.UUID(uuid.New())
+	for _, binary := range []bool{true, false} {
+		nv := driver.NamedValue{Value: &ids}
+		if err := (&textJSONConn{binary: binary}).CheckNamedValue(&nv); err != nil {
+			t.Fatal(err)
+		}
+		if _, isBytes := nv.Value.([]byte); isBytes != binary {
+			t.Fatalf("binary_parameters %v: sent %T", binary, nv.Value)
+		}
 	}
 }

@@ -5,7 +5,6 @@ import (
 
 	"entgo.io/ent/dialect/sql"
 	"github.com/google/uuid"
-	"github.com/lib/pq"
 
 	"github.com/pin-platform/pin/consumers/consumer"
 	"github.com/pin-platform/pin/ent"
@@ -54,7 +53,7 @@ type view struct {
 // error); with none left the view is empty.
 func read(ctx context.Context, tx *ent.Tx, msgs []*consumer.Message) (*view, error) {
 	seen := make(map[pair]bool, len(msgs))
-	var agents, investors []string
+	var agents, investors consumer.Array
 	msgIDs := make([]uuid.UUID, 0, len(msgs))
 	for _, m := range msgs {
 		msgIDs = append(msgIDs, m.MessageID)
@@ -68,10 +67,11 @@ func read(ctx context.Context, tx *ent.Tx, msgs []*consumer.Message) (*view, err
 			continue
 		}
 		seen[pair{a, i}] = true
-		agents, investors = append(agents, a.String()), append(investors, i.String())
+		agents.UUID(a)
+		investors.UUID(i)
 	}
 	v := &view{leads: map[pair]*ent.Lead{}, inFeed: map[uuid.UUID]uuid.UUID{}, writes: newWrites()}
-	if len(agents) == 0 {
+	if agents.Len() == 0 {
 		return v, nil
 	}
 	found, err := tx.Lead.Query().
@@ -84,8 +84,8 @@ func read(ctx context.Context, tx *ent.Tx, msgs []*consumer.Message) (*view, err
 			}))
 			s.Where(sql.P(func(b *sql.Builder) {
 				b.WriteByte('(').Ident(s.C(lead.FieldExecutorAgentUserID)).Comma().Ident(s.C(lead.FieldPrimaryInvestorUserID)).
-					WriteString(") IN (SELECT * FROM unnest(").Arg(pq.Array(agents)).WriteString("::uuid[], ").
-					Arg(pq.Array(investors)).WriteString("::uuid[]))")
+					WriteString(") IN (SELECT * FROM unnest(").Arg(&agents).WriteString("::uuid[], ").
+					Arg(&investors).WriteString("::uuid[]))")
 			}))
 		}).
 		Order(ent.Asc(lead.FieldID)).

@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/lib/pq"
 	"github.com/rs/zerolog"
 
 	"github.com/pin-platform/pin/consumers/consumer"
@@ -255,8 +254,12 @@ func write(ctx context.Context, tx *ent.Tx, v *view) error {
 		// parked messages) rolls back: listeners are never told about a
 		// change that is not in the database, and the row stays for a
 		// pusher that was not listening (pushed_at IS NULL).
+		var notify consumer.Array
+		for _, id := range w.notify {
+			notify.Text(id)
+		}
 		if _, err := tx.ExecContext(ctx, `SELECT pg_notify('chat_updates', id) FROM unnest($1::text[]) WITH ORDINALITY AS u(id, n) ORDER BY n`,
-			pq.Array(w.notify)); err != nil {
+			&notify); err != nil {
 			return fmt.Errorf("notify chat_updates: %w", err)
 		}
 	}
