@@ -27,6 +27,7 @@ func (w *worker) handle(batch []queued) bool {
 	}
 	w.items = items // the messages behind a failing one may be probed (inPartition.probe)
 	defer func() { w.items = nil }()
+	defer r.flushLog() // the batch's outcome lines, in one write (loglines.go)
 	for i := 0; i < len(items); {
 		j := i
 		for j < len(items) && items[j].routed && items[j].msg.Problem() == nil {

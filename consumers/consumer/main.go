@@ -56,7 +56,13 @@ func Main(ctx context.Context, environ []string, stderr io.Writer, defaultHTTP s
 		fmt.Fprintf(stderr, "configuration: %s\n", strings.ReplaceAll(err.Error(), "\n", "; "))
 		return ExitConfig
 	}
-	log := zerolog.New(stderr).Level(cfg.LogLevel).With().Timestamp().Logger()
+	// Info lines go out in batches, warnings and errors at once
+	// (loglines.go); whatever Main prints itself from here on goes the
+	// same way, in order, and all is written when Main returns.
+	lines := newLineBatcher(stderr)
+	defer lines.Flush()
+	stderr = lines
+	log := zerolog.New(lines).Level(cfg.LogLevel).With().Timestamp().Logger()
 	for _, w := range cfg.Warnings {
 		log.Warn().Msg(w)
 	}
@@ -97,7 +103,7 @@ func Main(ctx context.Context, environ []string, stderr io.Writer, defaultHTTP s
 		slog.Error().Err(err).Msg("setup failed")
 		return ExitFailed
 	}
-	rt, err := New(cfg, svc, client, db, Options{Logger: log, Registry: reg, SchemaVersion: schema, Redact: red.Redact, TracerProvider: tp})
+	rt, err := New(cfg, svc, client, db, Options{Logger: log, Registry: reg, SchemaVersion: schema, Redact: red.Redact, TracerProvider: tp, FlushLog: lines.Flush})
 	if err != nil {
 		slog.Error().Err(err).Msg("setup failed")
 		return ExitFailed

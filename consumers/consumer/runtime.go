@@ -35,6 +35,10 @@ type Options struct {
 	// Redact masks the process's secrets in a text the runtime sends out
 	// (a DLQ's x-dlq-reason, a span's status); nil: none.
 	Redact func(string) string
+	// FlushLog writes the log lines Logger's output holds back, if it
+	// does (Main's does: loglines.go); the runtime calls it after each
+	// batch a worker handled. nil: nothing to flush.
+	FlushLog func()
 	// SchemaVersion is the newest migration the binary was built with
 	// (migrate.Latest): the consumer joins its group only once the database
 	// has it (schemagate.go). Empty: no gate.
@@ -88,6 +92,7 @@ type Runtime struct {
 
 	schemaVersion string                 // Options.SchemaVersion
 	redact        func(string) string    // Options.Redact (never nil after New)
+	flushLog      func()                 // Options.FlushLog (never nil after New)
 	gate          atomic.Pointer[string] // why the schema gate holds the consumer out of its group; nil: open
 	joined        atomic.Bool            // the member got its first assignment (possibly empty)
 	// cooperative: librdkafka's rebalance protocol is COOPERATIVE (the
@@ -130,6 +135,7 @@ func New(cfg Config, svc Service, client *ent.Client, db *sql.DB, opts Options) 
 
 		schemaVersion: opts.SchemaVersion,
 		redact:        opts.Redact,
+		flushLog:      opts.FlushLog,
 		routes:        svc.Routes(),
 	}
 	r.commits = make(map[string]*atomic.Int64, len(r.routes))
@@ -154,6 +160,9 @@ func New(cfg Config, svc Service, client *ent.Client, db *sql.DB, opts Options) 
 		attribute.String("messaging.consumer.group.name", svc.Group))
 	if r.prop == nil {
 		r.prop = propagation.TraceContext{}
+	}
+	if r.flushLog == nil {
+		r.flushLog = func() {}
 	}
 	if r.redact == nil {
 		r.redact = func(s string) string { return s }
