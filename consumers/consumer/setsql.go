@@ -47,11 +47,13 @@ import (
 // would refuse to read as text (a year outside 1–9999), so that the
 // refusal is the server's as before.
 type Array struct {
-	b []byte // '{' and the elements so far, comma-separated
 	n int
 	// bin is the binary form: binHeader bytes left for the header, then
-	// each element's length (-1: NULL) and bytes.
+	// each element's length (-1: NULL) and bytes. The text form is
+	// rendered from it when asked for (text), except once the elements
+	// are mixed: then txt holds it, built as they come.
 	bin   []byte
+	txt   []byte // the elements' text, comma-separated, while kind is kindText0
 	kind  elemKind
 	nulls bool
 	typ   string // the SQL type the statement casts the array to, where Unnest or AnyOf wrote it
@@ -83,22 +85,31 @@ const (
 	oidJSONB       = 3802
 )
 
-func (a *Array) next(k elemKind) {
+// next counts an element of kind k in, and reports whether its text is to
+// be added to txt (the elements are mixed).
+func (a *Array) next(k elemKind) bool {
 	if a.n == 0 {
-		a.b = append(a.b[:0], '{')
 		a.bin = append(a.bin[:0], make([]byte, binHeader)...)
-	} else {
-		a.b = append(a.b, ',')
+		a.txt, a.kind, a.nulls = a.txt[:0], kindNone, false
 	}
 	a.n++
 	switch {
 	case k == kindNone:
 		a.nulls = true
-	case a.kind == kindNone:
+	case a.kind == k:
+	case a.kind == kindNone && k != kindText0:
 		a.kind = k
-	case a.kind != k:
+	case a.kind != kindText0: // mixed from here: the text so far, then as they come
+		a.txt = a.render(a.txt[:0], a.kind)
 		a.kind = kindText0
 	}
+	if a.kind != kindText0 {
+		return false
+	}
+	if a.n > 1 {
+		a.txt = append(a.txt, ',')
+	}
+	return true
 }
 
 // elem appends one binary element of n bytes and returns them.
@@ -108,76 +119,116 @@ func (a *Array) elem(n int) []byte {
 	return a.bin[len(a.bin)-n:]
 }
 
-// Text adds s, quoted.
+// Text adds s.
 func (a *Array) Text(s string) {
-	a.next(kindText)
-	a.b = append(a.b, '"')
-	for i := 0; i < len(s); i++ {
-		if c := s[i]; c == '"' || c == '\\' {
-			a.b = append(a.b, '\\')
-		}
-		a.b = append(a.b, s[i])
+	if a.next(kindText) {
+		a.txt = quote(a.txt, s)
 	}
-	a.b = append(a.b, '"')
 	a.bin = binary.BigEndian.AppendUint32(a.bin, uint32(len(s)))
 	a.bin = append(a.bin, s...)
 }
 
+func quote(b []byte, s string) []byte {
+	b = append(b, '"')
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c == '"' || c == '\\' {
+			b = append(b, '\\')
+		}
+		b = append(b, s[i])
+	}
+	return append(b, '"')
+}
+
 // Null adds NULL.
 func (a *Array) Null() {
-	a.next(kindNone)
-	a.b = append(a.b, "NULL"...)
+	if a.next(kindNone) {
+		a.txt = append(a.txt, "NULL"...)
+	}
 	a.bin = binary.BigEndian.AppendUint32(a.bin, 0xffffffff) // -1
 }
 
 // UUID adds id.
 func (a *Array) UUID(id uuid.UUID) {
-	a.next(kindUUID)
-	var s [36]byte
-	a.b = append(a.b, s[:encodeUUID(s[:], id)]...)
+	if a.next(kindUUID) {
+		a.txt = appendUUID(a.txt, id[:])
+	}
 	copy(a.elem(16), id[:])
 }
 
 // UUIDs adds one element holding the array ids ('{"{…,…}"}'), for a
 // column of type uuid[]: the statement casts it (Column.Cast).
 func (a *Array) UUIDs(ids []uuid.UUID) {
-	var in Array
-	for _, id := range ids {
-		in.UUID(id)
-	}
-	a.Text(in.text())
+	a.Text(UUIDArray(ids).text())
 }
 
 // Int adds n.
 func (a *Array) Int(n int64) {
-	a.next(kindInt)
-	a.b = strconv.AppendInt(a.b, n, 10)
+	if a.next(kindInt) {
+		a.txt = strconv.AppendInt(a.txt, n, 10)
+	}
 	binary.BigEndian.PutUint64(a.elem(8), uint64(n))
 }
 
 // Time adds t, to the nanosecond: PostgreSQL rounds it to its
-// microsecond, as it does a timestamp parameter, and so does the binary
-// form (pgMicros).
+// microsecond, as it does a timestamp parameter; the binary form and the
+// text rendered from it hold that microsecond already (pgMicros).
 func (a *Array) Time(t time.Time) {
+	k := kindTime
 	if y := t.Year(); y < 1 || y > 9999 {
-		a.next(kindText0)
-	} else {
-		a.next(kindTime)
+		k = kindText0 // as text, to the server to refuse
 	}
-	a.b = append(a.b, '"')
-	a.b = t.AppendFormat(a.b, "2006-01-02T15:04:05.999999999Z07:00")
-	a.b = append(a.b, '"')
+	if a.next(k) {
+		a.txt = append(a.txt, '"')
+		a.txt = t.AppendFormat(a.txt, "2006-01-02T15:04:05.999999999Z07:00")
+		a.txt = append(a.txt, '"')
+	}
 	binary.BigEndian.PutUint64(a.elem(8), uint64(pgMicros(t)))
 }
+
+// pgEpoch is 2000-01-01T00:00:00Z in Unix seconds: a timestamptz's zero.
+const pgEpoch = 946684800
 
 // pgMicros is t as PostgreSQL stores a timestamptz: microseconds since
 // 2000-01-01 UTC, rounded as its text input rounds the fraction Time
 // writes (rint(strtod(".fffffffff") × 10⁶): to nearest, ties to even, in
 // double precision; float64(ns)/1e9 is the same double as strtod's).
 func pgMicros(t time.Time) int64 {
-	const pgEpoch = 946684800 // 2000-01-01T00:00:00Z in Unix seconds
 	frac := math.RoundToEven(float64(t.Nanosecond()) / 1e9 * 1e6)
 	return (t.Unix()-pgEpoch)*1_000_000 + int64(frac)
+}
+
+// render appends the text of the elements so far, all of kind k or NULL,
+// comma-separated.
+func (a *Array) render(b []byte, k elemKind) []byte {
+	be := binary.BigEndian
+	rest := a.bin[min(binHeader, len(a.bin)):]
+	for i := 0; len(rest) > 0; i++ {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		n := int32(be.Uint32(rest))
+		rest = rest[4:]
+		if n < 0 {
+			b = append(b, "NULL"...)
+			continue
+		}
+		e := rest[:n]
+		rest = rest[n:]
+		switch k {
+		case kindUUID:
+			b = appendUUID(b, e)
+		case kindInt:
+			b = strconv.AppendInt(b, int64(be.Uint64(e)), 10)
+		case kindTime:
+			us := int64(be.Uint64(e))
+			b = append(b, '"')
+			b = time.UnixMicro(us+pgEpoch*1_000_000).UTC().AppendFormat(b, "2006-01-02T15:04:05.999999Z07:00")
+			b = append(b, '"')
+		default:
+			b = quote(b, string(e))
+		}
+	}
+	return b
 }
 
 // Len is the number of elements added.
@@ -187,11 +238,19 @@ func (a *Array) Len() int { return a.n }
 // opened by OpenDB.
 func (a *Array) Value() (driver.Value, error) { return a.text(), nil }
 
+// text is the array literal.
 func (a *Array) text() string {
 	if a.n == 0 {
 		return "{}"
 	}
-	return string(a.b) + "}"
+	b := make([]byte, 0, 2+2*len(a.bin)+len(a.txt))
+	b = append(b, '{')
+	if a.kind == kindText0 {
+		b = append(b, a.txt...)
+	} else {
+		b = a.render(b, a.kind)
+	}
+	return string(append(b, '}'))
 }
 
 // binary returns the binary form, or false where the array goes as text
@@ -249,23 +308,20 @@ func (a *Array) jsonb() []byte {
 	return out
 }
 
-func encodeUUID(dst []byte, id uuid.UUID) int {
+func appendUUID(b []byte, id []byte) []byte {
 	const hex = "0123456789abcdef"
-	j := 0
 	for i, c := range id {
 		if i == 4 || i == 6 || i == 8 || i == 10 {
-			dst[j] = '-'
-			j++
+			b = append(b, '-')
 		}
-		dst[j], dst[j+1] = hex[c>>4], hex[c&0xf]
-		j += 2
+		b = append(b, hex[c>>4], hex[c&0xf])
 	}
-	return j
+	return b
 }
 
 // UUIDArray is the array of ids.
 func UUIDArray(ids []uuid.UUID) *Array {
-	a := &Array{b: make([]byte, 0, 1+37*len(ids)), bin: make([]byte, 0, binHeader+20*len(ids))}
+	a := &Array{bin: make([]byte, 0, binHeader+20*len(ids))}
 	for _, id := range ids {
 		a.UUID(id)
 	}
