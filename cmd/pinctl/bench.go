@@ -19,7 +19,7 @@ func init() {
 }
 
 func runBench(ctx context.Context, args []string) error {
-	fs := newFlags("bench", "bench [--events N] [--only SERVICE[,SERVICE]] [--env KEY=VALUE]…",
+	fs := newFlags("bench", "bench [--events N] [--only SERVICE[,SERVICE]] [--env KEY=VALUE]… [--pg KEY=VALUE]…",
 		"For each consumer (rewards, messenger, crm), on a local PostgreSQL with fsync and\n"+
 			"synchronous_commit on and on the in-process broker:\n"+
 			"  1. broker limit: N pre-produced messages consumed with the consumer's Kafka\n"+
@@ -54,6 +54,13 @@ func runBench(ctx context.Context, args []string) error {
 	fs.BoolVar(&o.Profile, "profile", false, "profiles of each max run, kept in the work directory (implies --keep): the consumer's CPU (from the partitions' assignment, top 15 printed) and heap allocations, and PostgreSQL's statements by pg_stat_statements (top 8 printed)")
 	fs.IntVar(&o.ProfileSeconds, "profile-seconds", 10, "length of the consumer's CPU profile with --profile, at most 30: the max run should last as long")
 	fs.StringVar(&o.DBParams, "db-params", "", "extra query parameters of the consumer's DATABASE_URL, e.g. binary_parameters=yes")
+	fs.Func("pg", "KEY=VALUE server setting of the run's PostgreSQL (repeatable), e.g. shared_buffers=1GB; fsync, synchronous_commit and full_page_writes must stay on", func(s string) error {
+		if k, _, ok := strings.Cut(s, "="); !ok || k == "" || strings.ContainsAny(s, " '\"") {
+			return fmt.Errorf("%q is not KEY=VALUE (without spaces or quotes)", s)
+		}
+		o.PGSettings = append(o.PGSettings, s)
+		return nil
+	})
 	fs.Func("env", "KEY=VALUE for the consumer process (repeatable), e.g. CONSUMER_BATCH_SIZE=256", func(s string) error {
 		if k, _, ok := strings.Cut(s, "="); !ok || k == "" {
 			return fmt.Errorf("%q is not KEY=VALUE", s)

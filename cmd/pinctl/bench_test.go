@@ -94,10 +94,11 @@ func TestBenchLatencyAndProfile(t *testing.T) {
 	defer cancel()
 	cmd := exec.CommandContext(ctx, filepath.Join(bin, "pinctl"), "bench",
 		"--events", "300", "--only", "rewards", "--paced", "2s", "--paced-rate", "150", "--results", results,
-		"--db-latency", "1ms", "--profile", "--profile-seconds", "1")
+		"--db-latency", "1ms", "--profile", "--profile-seconds", "1", "--pg", "shared_buffers=64MB")
 	cmd.Env = benchEnv()
 	out := runExpecting(t, cmd,
 		"PostgreSQL 1ms away (--db-latency)",
+		"with pg_stat_statements (--profile), shared_buffers=64MB",
 		"consumer knobs: CONSUMER_PPROF=true KAFKA_FETCH_WAIT_MAX_MS=5 db_latency_ms=1",
 		"with pg_stat_statements (--profile)",
 		"profiles of the max run (--profile)",
@@ -123,6 +124,7 @@ func TestBenchLatencyAndProfile(t *testing.T) {
 	}{
 		{"db_latency_ms recorded", run.DBLatencyMs == 1 && run.Knobs["db_latency_ms"] == "1"},
 		{"profile_seconds recorded", run.Profile == 1},
+		{"--pg recorded", run.Knobs["postgres shared_buffers"] == "64MB"},
 		{"the proxy forwarded the consumer's statements", r.Consumer.DBProxy != nil && r.Consumer.DBProxy.ToPostgres > 0 && r.Consumer.DBProxy.FromPostgres > 0},
 		{"statements per event counted", r.Consumer.StatementsPerEvent > 0},
 		{"WAL per event counted", r.Consumer.WALBytesPerEvent > 0 && r.Consumer.ServerWALBytesPerEvent > 0},
@@ -132,6 +134,24 @@ func TestBenchLatencyAndProfile(t *testing.T) {
 		if !c.ok {
 			t.Errorf("%s: no (%+v)", c.what, r)
 		}
+	}
+}
+
+// A server setting that gives up durability is refused: the benchmark
+// measures what a durable commit costs.
+func TestBenchRefusesAServerThatIsNotDurable(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts PostgreSQL")
+	}
+	bin := builtBinaries(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, filepath.Join(bin, "pinctl"), "bench",
+		"--events", "10", "--only", "rewards", "--results", t.TempDir(), "--pg", "full_page_writes=off")
+	cmd.Env = benchEnv()
+	out, err := cmd.CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "needs fsync, synchronous_commit and full_page_writes on") {
+		t.Fatalf("bench with full_page_writes=off: %v\n%s", err, out)
 	}
 }
 

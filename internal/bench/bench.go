@@ -77,8 +77,12 @@ type Options struct {
 	Keep     bool          // keep the work directory (consumer logs, paced-run CSVs, PostgreSQL data)
 	Env      []string      // KEY=VALUE for the consumer process, after pinctl's own environment
 	DBParams string        // extra query parameters of the consumer's DATABASE_URL
-	Out      io.Writer     // where the progress and the tables go
-	TTY      bool          // Out is a terminal (term.IsTerminal): the progress bars redraw in place
+	// PGSettings are server settings (KEY=VALUE, as postgres -c takes
+	// them) for the run's PostgreSQL, e.g. shared_buffers=1GB; the
+	// durability settings must stay on.
+	PGSettings []string
+	Out        io.Writer // where the progress and the tables go
+	TTY        bool      // Out is a terminal (term.IsTerminal): the progress bars redraw in place
 
 	// DBLatency is the round trip added between PostgreSQL and everything
 	// that talks to it, the consumer and the benchmark's own connections
@@ -170,6 +174,10 @@ func (b *benchmark) run(ctx context.Context) error {
 	if b.Profile {
 		pgOpts.Settings, with = pgStatStatements, ", with pg_stat_statements (--profile)"
 	}
+	pgOpts.Settings = append(slices.Clip(pgOpts.Settings), b.PGSettings...)
+	if len(b.PGSettings) > 0 {
+		with += ", " + strings.Join(b.PGSettings, ", ")
+	}
 	b.say("▸ PostgreSQL: starting a durable local server (fsync on, synchronous_commit on%s) in %s …", with, pgDir)
 	if b.srv, err = localpg.Start(ctx, pgDir, pgOpts); err != nil {
 		return err
@@ -206,12 +214,12 @@ func (b *benchmark) run(ctx context.Context) error {
 			return fmt.Errorf("--profile: %w", err)
 		}
 	}
-	var fsync, syncCommit string
-	_ = b.db.QueryRowContext(ctx, `SELECT current_setting('server_version'), current_setting('fsync'), current_setting('synchronous_commit')`).
-		Scan(&run.Host.Postgres, &fsync, &syncCommit)
+	var fsync, syncCommit, fullPages string
+	_ = b.db.QueryRowContext(ctx, `SELECT current_setting('server_version'), current_setting('fsync'), current_setting('synchronous_commit'), current_setting('full_page_writes')`).
+		Scan(&run.Host.Postgres, &fsync, &syncCommit, &fullPages)
 	run.Host.Durable = "fsync=" + fsync + " synchronous_commit=" + syncCommit
-	if fsync != "on" || syncCommit != "on" {
-		return fmt.Errorf("the benchmark needs fsync and synchronous_commit on, the server has %s", run.Host.Durable)
+	if fsync != "on" || syncCommit != "on" || fullPages != "on" {
+		return fmt.Errorf("the benchmark needs fsync, synchronous_commit and full_page_writes on, the server has %s full_page_writes=%s", run.Host.Durable, fullPages)
 	}
 
 	// The broker.
@@ -298,6 +306,10 @@ func (b *benchmark) consumerEnv() {
 	if b.DBParams != "" {
 		dbURL += "&" + b.DBParams
 		b.knobs["DATABASE_URL params"] = b.DBParams
+	}
+	for _, kv := range b.PGSettings {
+		k, v, _ := strings.Cut(kv, "=")
+		b.knobs["postgres "+k] = v
 	}
 	b.childEnv = append(env, "KAFKA_BOOTSTRAP_SERVERS="+b.brokers)
 	b.dbURL = dbURL
