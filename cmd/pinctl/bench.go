@@ -55,8 +55,12 @@ func runBench(ctx context.Context, args []string) error {
 	fs.IntVar(&o.ProfileSeconds, "profile-seconds", 10, "length of the consumer's CPU profile with --profile, at most 30: the max run should last as long")
 	fs.StringVar(&o.DBParams, "db-params", "", "extra query parameters of the consumer's DATABASE_URL, e.g. binary_parameters=yes")
 	fs.Func("pg", "KEY=VALUE server setting of the run's PostgreSQL (repeatable), e.g. shared_buffers=1GB; fsync, synchronous_commit and full_page_writes must stay on", func(s string) error {
-		if k, _, ok := strings.Cut(s, "="); !ok || k == "" || strings.ContainsAny(s, " '\"") {
+		k, _, ok := strings.Cut(s, "=")
+		if !ok || k == "" || strings.ContainsAny(s, " '\"") {
 			return fmt.Errorf("%q is not KEY=VALUE (without spaces or quotes)", s)
+		}
+		if slices.Contains(benchOwnedSettings, strings.ToLower(k)) {
+			return fmt.Errorf("%s is the run's own (where the server listens and keeps its files, what --profile loads): not a --pg setting", k)
 		}
 		o.PGSettings = append(o.PGSettings, s)
 		return nil
@@ -115,4 +119,12 @@ func benchTopics(only string) ([]demo.Topic, error) {
 		out = append(out, demo.Topics[i])
 	}
 	return out, nil
+}
+
+// benchOwnedSettings are the server settings a bench run sets itself: the
+// server's address and files (the run connects to them and removes them)
+// and its preloaded libraries (pg_stat_statements under --profile).
+var benchOwnedSettings = []string{
+	"port", "listen_addresses", "unix_socket_directories", "data_directory",
+	"config_file", "hba_file", "ident_file", "shared_preload_libraries",
 }

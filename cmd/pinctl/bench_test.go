@@ -155,6 +155,20 @@ func TestBenchRefusesAServerThatIsNotDurable(t *testing.T) {
 	}
 }
 
+// A --pg setting that would move the server the run connects to, or
+// replace what --profile preloads, is refused before anything starts.
+func TestBenchRefusesSettingsTheRunOwns(t *testing.T) {
+	bin := builtBinaries(t)
+	for _, kv := range []string{"port=5433", "Shared_Preload_Libraries=auto_explain", "unix_socket_directories=/run"} {
+		cmd := exec.Command(filepath.Join(bin, "pinctl"), "bench", "--events", "10", "--results", t.TempDir(), "--pg", kv)
+		cmd.Env = benchEnv()
+		out, err := cmd.CombinedOutput()
+		if err == nil || !strings.Contains(string(out), "not a --pg setting") || strings.Contains(string(out), "▸") {
+			t.Fatalf("bench --pg %s: %v\n%s", kv, err, out)
+		}
+	}
+}
+
 // benchEnv is the test's environment without the knobs of a consumer.
 func benchEnv() []string {
 	var env []string

@@ -177,11 +177,13 @@ type pqConn interface {
 func (c *textJSONConn) CheckNamedValue(nv *driver.NamedValue) error {
 	switch v := nv.Value.(type) {
 	case *Array:
-		if b, ok := v.binary(); ok && c.binary {
-			nv.Value = b
-		} else {
-			nv.Value = v.text()
+		if c.binary {
+			if b, ok := v.binary(); ok {
+				nv.Value = b
+				return nil
+			}
 		}
+		nv.Value = v.text()
 		return nil
 	case json.RawMessage:
 		if v == nil {

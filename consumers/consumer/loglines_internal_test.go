@@ -32,10 +32,12 @@ func (s *syncBuffer) get() (string, int) {
 
 // Info lines wait for Flush (a batch's end) and go in one write; a
 // warning goes at once, after the lines before it; a line left alone
-// goes within logFlushDelay.
+// goes within its delay. The batcher under test holds lines for an hour,
+// so that a busy machine's timer cannot write them before Flush; a second
+// one, of a millisecond, writes a line left alone.
 func TestLineBatcherHoldsInfoLinesUntilTheBatchEnds(t *testing.T) {
 	out := &syncBuffer{}
-	lines := newLineBatcher(out)
+	lines := newLineBatcher(out, time.Hour)
 	log := zerolog.New(lines)
 	for i := range 3 {
 		log.Info().Int("n", i).Msg("attached")
@@ -56,6 +58,8 @@ func TestLineBatcherHoldsInfoLinesUntilTheBatchEnds(t *testing.T) {
 		t.Fatalf("a warning: %d writes, output %q; want it written at once, after the info line before it", writes, got)
 	}
 
+	out = &syncBuffer{}
+	log = zerolog.New(newLineBatcher(out, time.Millisecond))
 	log.Info().Msg("alone")
 	deadline := time.Now().Add(5 * time.Second)
 	for {

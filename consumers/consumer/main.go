@@ -59,7 +59,7 @@ func Main(ctx context.Context, environ []string, stderr io.Writer, defaultHTTP s
 	// Info lines go out in batches, warnings and errors at once
 	// (loglines.go); whatever Main prints itself from here on goes the
 	// same way, in order, and all is written when Main returns.
-	lines := newLineBatcher(stderr)
+	lines := newLineBatcher(stderr, logFlushDelay)
 	defer lines.Flush()
 	stderr = lines
 	log := zerolog.New(lines).Level(cfg.LogLevel).With().Timestamp().Logger()

@@ -37,15 +37,19 @@ import (
 // type reads, cast by the statement ($1::uuid[]). The two read the same:
 // the binary form spares the server parsing every element's text (uuid_in,
 // timestamptz_in, int8in), a sixth of its CPU per event in the set-based
-// statements (bench/README.md, "Arrays in binary"). The zero value is an
-// empty array.
+// statements (bench/README.md, "Issue 28, session 5": arrays in binary).
+// The zero value is an empty array.
 //
 // The statement's cast is the elements' type: UUID → uuid, Text → text
 // (or jsonb where Unnest's column says so), Int → bigint, Time →
 // timestamptz. An array of mixed elements, or of a type its statement's
 // cast does not name, goes as text; so does one with a time PostgreSQL
-// would refuse to read as text (a year outside 1–9999), so that the
-// refusal is the server's as before.
+// would refuse to read as text (pgReadsAsText), so that the refusal is
+// the server's as before. A raw statement that names no cast through
+// Unnest or AnyOf takes the binary form whenever the elements are of one
+// kind: its cast must then be the kind's type above ($1::bigint[] for
+// Int, not $1::int[], which the binary form of int8 elements does not
+// read).
 type Array struct {
 	n int
 	// bin is the binary form: binHeader bytes left for the header, then
@@ -174,7 +178,7 @@ func (a *Array) Int(n int64) {
 // text rendered from it hold that microsecond already (pgMicros).
 func (a *Array) Time(t time.Time) {
 	k := kindTime
-	if y := t.Year(); y < 1 || y > 9999 {
+	if !pgReadsAsText(t) {
 		k = kindText0 // as text, to the server to refuse
 	}
 	if a.next(k) {
@@ -183,6 +187,25 @@ func (a *Array) Time(t time.Time) {
 		a.txt = append(a.txt, '"')
 	}
 	binary.BigEndian.PutUint64(a.elem(8), uint64(pgMicros(t)))
+}
+
+// pgReadsAsText reports whether PostgreSQL reads t's text, in either form
+// an Array writes it (in its own offset, as Time adds it to a mixed array,
+// or in UTC, as render does), as the time t is: a year of 1–9999 in both
+// (it refuses year 0, the year before 1; years past 9999 it reads, but they
+// stay text, as they were) and an offset within ±15:59 (MAX_TZDISP_HOUR;
+// Go's RFC 3339 parser takes up to ±23:59). Any other time goes as text, so
+// that a refusal stays the server's, as it was before arrays went in
+// binary (TestArrayTimesTheServerWouldRefuseStayText asks the server).
+func pgReadsAsText(t time.Time) bool {
+	if y := t.Year(); y < 1 || y > 9999 {
+		return false
+	}
+	if y := t.UTC().Year(); y < 1 || y > 9999 {
+		return false
+	}
+	_, off := t.Zone()
+	return off > -16*3600 && off < 16*3600
 }
 
 // pgEpoch is 2000-01-01T00:00:00Z in Unix seconds: a timestamptz's zero.

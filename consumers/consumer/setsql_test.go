@@ -253,8 +253,11 @@ func TestArrayGoesAsTextWhereBinaryWouldDiffer(t *testing.T) {
 	ints.typ = "integer"
 	year0.Time(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
 	year0.Time(time.Date(0, 6, 1, 0, 0, 0, 0, time.UTC))
+	var utcYear0, farOffset Array
+	utcYear0.Time(time.Date(1, 1, 1, 0, 30, 0, 0, time.FixedZone("", 3600))) // year 0 in UTC
+	farOffset.Time(time.Date(2026, 1, 1, 0, 0, 0, 0, time.FixedZone("", 16*3600)))
 	nulls.Null()
-	for name, a := range map[string]*Array{"mixed": &mixed, "int as integer": &ints, "year 0": &year0, "only NULL": &nulls} {
+	for name, a := range map[string]*Array{"mixed": &mixed, "int as integer": &ints, "year 0": &year0, "year 0 in UTC": &utcYear0, "offset +16:00": &farOffset, "only NULL": &nulls} {
 		if _, ok := a.binary(); ok {
 			t.Errorf("%s: a binary form, want text", name)
 		}
@@ -270,6 +273,55 @@ func TestArrayGoesAsTextWhereBinaryWouldDiffer(t *testing.T) {
 		}
 		if _, isBytes := nv.Value.([]byte); isBytes != binary {
 			t.Fatalf("binary_parameters %v: sent %T", binary, nv.Value)
+		}
+	}
+}
+
+// pgReadsAsText holds where PostgreSQL reads both texts an Array may
+// write of a time (in its own offset, and in UTC): the binary form stands
+// only for such a time, and every time the server refuses goes as text.
+// Years past 9999 the server reads, but they go as text all the same.
+func TestArrayTimesTheServerWouldRefuseStayText(t *testing.T) {
+	db, err := sql.Open("postgres", pgtest.NewDB(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	zone := func(s int) *time.Location { return time.FixedZone("", s) }
+	for _, c := range []struct {
+		at              time.Time
+		binary, refused bool
+	}{
+		{time.Date(2026, 1, 1, 0, 0, 0, 0, zone(15*3600+59*60)), true, false},
+		{time.Date(2026, 1, 1, 0, 0, 0, 0, zone(-(15*3600 + 59*60))), true, false},
+		{time.Date(2026, 1, 1, 0, 0, 0, 0, zone(16*3600)), false, true},
+		{time.Date(2026, 1, 1, 0, 0, 0, 0, zone(-16*3600)), false, true},
+		{time.Date(2026, 1, 1, 0, 0, 0, 0, zone(23*3600+59*60)), false, true},
+		{time.Date(1, 1, 1, 0, 30, 0, 0, zone(3600)), false, true},         // year 0 in UTC
+		{time.Date(1, 1, 1, 0, 30, 0, 0, zone(-3600)), true, false},        // year 1 in both
+		{time.Date(0, 12, 31, 23, 0, 0, 0, time.UTC), false, true},         // year 0
+		{time.Date(9999, 12, 31, 23, 30, 0, 0, zone(3600)), true, false},   // year 9999 in both
+		{time.Date(9999, 12, 31, 23, 30, 0, 0, zone(-3600)), false, false}, // year 10000 in UTC
+		{time.Date(10000, 1, 1, 0, 0, 0, 0, time.UTC), false, false},
+	} {
+		refused := false
+		for _, s := range []string{
+			c.at.Format("2006-01-02T15:04:05.999999999Z07:00"),
+			c.at.UTC().Format("2006-01-02T15:04:05.999999999Z07:00"),
+		} {
+			var got time.Time
+			err := db.QueryRow(`SELECT ($1::timestamptz[])[1]`, `{"`+s+`"}`).Scan(&got)
+			if err == nil && !got.Equal(c.at) {
+				t.Fatalf("%s: the server read %s", s, got)
+			}
+			refused = refused || err != nil
+		}
+		name := c.at.Format(time.RFC3339)
+		if refused != c.refused {
+			t.Errorf("%s: the server refuses a text of it: %v, want %v", name, refused, c.refused)
+		}
+		if got := pgReadsAsText(c.at); got != c.binary {
+			t.Errorf("%s: pgReadsAsText %v, want %v", name, got, c.binary)
 		}
 	}
 }

@@ -178,7 +178,7 @@ func (b *benchmark) run(ctx context.Context) error {
 	if len(b.PGSettings) > 0 {
 		with += ", " + strings.Join(b.PGSettings, ", ")
 	}
-	b.say("▸ PostgreSQL: starting a durable local server (fsync on, synchronous_commit on%s) in %s …", with, pgDir)
+	b.say("▸ PostgreSQL: starting a local server (fsync, synchronous_commit and full_page_writes at their defaults, on%s) in %s …", with, pgDir)
 	if b.srv, err = localpg.Start(ctx, pgDir, pgOpts); err != nil {
 		return err
 	}
@@ -217,10 +217,11 @@ func (b *benchmark) run(ctx context.Context) error {
 	var fsync, syncCommit, fullPages string
 	_ = b.db.QueryRowContext(ctx, `SELECT current_setting('server_version'), current_setting('fsync'), current_setting('synchronous_commit'), current_setting('full_page_writes')`).
 		Scan(&run.Host.Postgres, &fsync, &syncCommit, &fullPages)
-	run.Host.Durable = "fsync=" + fsync + " synchronous_commit=" + syncCommit
+	run.Host.Durable = "fsync=" + fsync + " synchronous_commit=" + syncCommit + " full_page_writes=" + fullPages
 	if fsync != "on" || syncCommit != "on" || fullPages != "on" {
-		return fmt.Errorf("the benchmark needs fsync, synchronous_commit and full_page_writes on, the server has %s full_page_writes=%s", run.Host.Durable, fullPages)
+		return fmt.Errorf("the benchmark needs fsync, synchronous_commit and full_page_writes on, the server has %s", run.Host.Durable)
 	}
+	b.say("▸ PostgreSQL %s, durable: %s", run.Host.Postgres, run.Host.Durable)
 
 	// The broker.
 	mc, err := kafka.NewMockCluster(1)
