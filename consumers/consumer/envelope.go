@@ -224,14 +224,30 @@ func hasNUL(raw []byte) bool {
 
 // CheckTime returns an error of the message's invalid code when t, the
 // payload member named member, lies further in the future than the
-// runtime's MAX_CLOCK_SKEW allows: a producer's clock that far ahead, or a
-// value no event can have (year 9999), would otherwise stay the newest
-// event time for ever.
+// runtime's MAX_CLOCK_SKEW allows (a producer's clock that far ahead, or a
+// value no event can have, year 9999, would otherwise stay the newest
+// event time for ever), or is a time PostgreSQL does not store
+// (StorableTime): refused here, with its reason, rather than by the
+// server's data exception in the middle of a shared transaction.
 func (m *Message) CheckTime(member string, t time.Time) error {
 	if m.maxSkew > 0 && t.After(time.Now().Add(m.maxSkew)) {
 		return m.invalid.Errorf("%s %s is more than %s in the future (MAX_CLOCK_SKEW)", member, t.Format(time.RFC3339), m.maxSkew)
 	}
+	if !StorableTime(t) {
+		return m.invalid.Errorf("%s %s is not a time PostgreSQL stores (a year from 0001 and an offset within ±15:59)", member, t.Format(time.RFC3339))
+	}
 	return nil
+}
+
+// StorableTime reports whether a timestamptz column takes t as the text
+// an event carries it in: PostgreSQL refuses a year before 0001 (RFC 3339
+// writes 0000; 0001-01-01T00:30+01:00, 1 BC in UTC, it takes) and an
+// offset of 16 hours or more (RFC 3339 and Go's parser allow up to 23:59).
+// Years past 9999 do not come in RFC 3339, which writes four digits, and
+// CheckTime refuses the future anyway.
+func StorableTime(t time.Time) bool {
+	_, off := t.Zone()
+	return t.Year() >= 1 && off > -16*3600 && off < 16*3600
 }
 
 // Invalid returns an error of the message's service invalid code: for

@@ -115,10 +115,16 @@ func classify(err error, invalid Code) (Code, bool) {
 	}
 	var pqErr *pq.Error
 	var we *writeError
-	if errors.As(err, &pqErr) && !errors.As(err, &we) { // a set-based write names no message: not this one's data
+	if errors.As(err, &pqErr) {
 		switch pqErr.Code.Class() {
-		case "22", "23": // data exception, integrity constraint violation
+		case "22": // data exception: a value its column cannot hold, the data's wherever it was written
 			return invalid, true
+		case "23": // integrity constraint violation
+			// The set-based Write's is no evidence against the data: a
+			// row of another processor's, written since Read.
+			if !errors.As(err, &we) {
+				return invalid, true
+			}
 		}
 	}
 	return Code{}, false

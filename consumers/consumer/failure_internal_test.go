@@ -126,6 +126,9 @@ func TestDecideFollowsTheClassTable(t *testing.T) {
 	}{
 		{"invalid: DLQ at once", Code{Name: "X_BAD", Class: Invalid}.Errorf("x"), true, []action{actDeadLetter}},
 		{"data error: invalid", &pq.Error{Code: "22001"}, true, []action{actDeadLetter}},
+		{"data error in a set-based Write, the message alone: invalid", &writeError{fmt.Errorf("insert: %w", &pq.Error{Code: "22009"})}, true, []action{actDeadLetter}},
+		{"a constraint in a set-based Write: no evidence, the evidence decides",
+			&writeError{&pq.Error{Code: "23505"}}, true, append(waits(unexpectedLimit-1), actCheck)},
 		{"retry-now: 3 re-runs, then DLQ", now.Errorf("x"), true, []action{actRetry, actRetry, actRetry, actDeadLetter}},
 		{"retry-later parks on the schedule, then DLQ", later.Errorf("x"), true, []action{actPark, actPark, actDeadLetter}},
 		{"retry-later blocking waits in line", later.Errorf("x"), false, []action{actWait, actWait, actDeadLetter}},

@@ -84,7 +84,7 @@ func (h hold) Release() { h.once.Do(func() { close(h.release) }) }
 
 type probePayload struct {
 	LeadID uuid.UUID `json:"LeadId"`
-	Mode   string    // "", "invalid", "conflict", "panic", "second-layer", "bug", "flaky", "slow", "hold"
+	Mode   string    // "", "invalid", "conflict", "panic", "second-layer", "bug", "flaky", "slow", "hold", "unstorable"
 }
 
 // probeView is what the probe's Read read for a transaction: the leads of
@@ -98,8 +98,9 @@ type probeView struct {
 
 // probeAppend is a lead_events row the probe queued.
 type probeAppend struct {
-	lead *ent.Lead
-	at   time.Time
+	lead       *ent.Lead
+	at         time.Time
+	unstorable bool // a time timestamptz refuses (22009), found only by the Write
 }
 
 // probeRead reads the leads of the messages' payloads, with one statement.
@@ -127,9 +128,13 @@ func probeRead(ctx context.Context, tx *ent.Tx, msgs []*consumer.Message) (*prob
 // probeWrite appends the queued feed entries.
 func probeWrite(ctx context.Context, tx *ent.Tx, v *probeView) error {
 	for _, a := range v.appends {
+		at := a.at
+		if a.unstorable { // lib/pq writes the time in its offset, which timestamptz refuses (22009)
+			at = at.In(time.FixedZone("", 16*3600))
+		}
 		if err := tx.LeadEvent.Create().
 			SetLeadID(a.lead.ID).SetTenantID(a.lead.TenantID).SetType("SelectionAttached").
-			SetOccurredAt(a.at).SetPayload(json.RawMessage(`{}`)).Exec(ctx); err != nil {
+			SetOccurredAt(at).SetPayload(json.RawMessage(`{}`)).Exec(ctx); err != nil {
 			return err
 		}
 	}
@@ -175,7 +180,7 @@ func probeContract(schedule ...time.Duration) consumer.Batched[*probeView] {
 		if l == nil {
 			return "", notFound.Errorf("lead %s not found", p.LeadID)
 		}
-		v.appends = append(v.appends, probeAppend{l, m.CreatedAt})
+		v.appends = append(v.appends, probeAppend{l, m.CreatedAt, p.Mode == "unstorable"})
 		return consumer.Applied, nil
 	}
 	return consumer.Batched[*probeView]{

@@ -77,6 +77,8 @@ func (r *Runtime) decode(it *item) {
 	it.msg.Topic, it.msg.Partition, it.msg.Offset, it.msg.Key = r.svc.Topic, km.TopicPartition.Partition, int64(km.TopicPartition.Offset), km.Key
 	if skew := r.cfg.MaxClockSkew; env.Problem() == nil && env.CreatedAt.After(time.Now().Add(skew)) {
 		it.msg.problem = fmt.Errorf("CreatedAt %s is more than %s in the future (MAX_CLOCK_SKEW)", env.CreatedAt.Format(time.RFC3339), skew)
+	} else if env.Problem() == nil && !StorableTime(env.CreatedAt) {
+		it.msg.problem = fmt.Errorf("CreatedAt %s is not a time PostgreSQL stores (a year from 0001 and an offset within ±15:59)", env.CreatedAt.Format(time.RFC3339))
 	}
 	it.id = env.MessageID.String()
 	for i, rt := range r.routes {

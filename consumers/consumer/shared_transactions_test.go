@@ -1,6 +1,7 @@
 package consumer_test
 
 import (
+	"strings"
 	"testing"
 	"time"
 
@@ -133,4 +134,36 @@ func TestAFailureInASharedTransactionIsItsMessagesFirstAttemptAlone(t *testing.T
 		t.Fatalf("batch_reruns{shared-failed} = %v, want 1", got)
 	}
 	checkOutcomes(t, r, map[consumer.Outcome]int{consumer.Applied: 6, consumer.DeadLettered: 1})
+}
+
+// A value its column cannot hold that only the Write finds (a data
+// exception, class 22, from a statement that names no message) is the
+// data's all the same: the shared transaction's messages go one at a
+// time, the one that holds it is dead-lettered with the service's invalid
+// code at its first attempt alone, every other message commits, and
+// nothing waits for the evidence or holds its partition.
+func TestAValueOnlyTheWriteRefusesIsItsMessagesInvalidity(t *testing.T) {
+	e := newEnv(t)
+	l := e.lead()
+	r, h := queueBehindAHold(t, e, l, []string{"", "", ""}, []string{"", "unstorable", ""})
+	h.Release()
+	e.waitCommitted(7)
+
+	dlq := e.cluster.ReadAll(t, probeDLQ, 1, 10*time.Second)
+	if len(dlq) != 1 {
+		t.Fatalf("DLQ holds %d messages, want 1", len(dlq))
+	}
+	if c, a := kafkatest.Header(dlq[0], "x-dlq-error-code"), kafkatest.Header(dlq[0], "x-attempts"); c != probeInvalid.Name || a != "1" {
+		t.Fatalf("dead letter: code %q, x-attempts %q (%s); want %s, 1", c, a, kafkatest.Header(dlq[0], consumer.HeaderReason), probeInvalid.Name)
+	}
+	if reason := kafkatest.Header(dlq[0], consumer.HeaderReason); !strings.Contains(reason, "22009") {
+		t.Fatalf("dead letter's reason %q does not carry the server's refusal", reason)
+	}
+	if n := e.events(l); n != 6 {
+		t.Fatalf("lead_events = %d, want 6 (every other message once)", n)
+	}
+	checkOutcomes(t, r, map[consumer.Outcome]int{consumer.Applied: 6, consumer.DeadLettered: 1})
+	if n := r.Counter("pin_consumer_dlq_total", map[string]string{"code": consumer.ProcessingFailed.Name}); n != 0 {
+		t.Fatalf("%v messages dead-lettered as %s", n, consumer.ProcessingFailed.Name)
+	}
 }

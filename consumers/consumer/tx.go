@@ -40,7 +40,10 @@ var errRolledBack = errors.New("rolled back with its transaction")
 
 // writeError is a Write failure that names no message: a
 // constraint the prepared view could not see (another processor's row,
-// written meanwhile) is a lost race, not the data's fault.
+// written meanwhile) is a lost race, not the data's fault. A data
+// exception (class 22) is the data's all the same: in a shared run the
+// messages then go one at a time (runRouted), where the one whose value
+// its column cannot hold fails alone and is invalid (classify).
 type writeError struct{ err error }
 
 func (e *writeError) Error() string { return e.err.Error() }

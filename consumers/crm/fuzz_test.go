@@ -91,7 +91,7 @@ func checkEvent(t *testing.T, p wirePayload, ev SelectionShared) {
 	if ev.OccurredAt.IsZero() || ev.OccurredAt.After(time.Now().Add(servicetest.MaxSkew)) {
 		t.Fatalf("accepted OccurredAt %s: zero or beyond MAX_CLOCK_SKEW", ev.OccurredAt)
 	}
-	if !storable(ev.OccurredAt) {
+	if !consumer.StorableTime(ev.OccurredAt) {
 		t.Fatalf("accepted OccurredAt %s, which PostgreSQL refuses", ev.OccurredAt)
 	}
 	if _, err := ev.OccurredAt.MarshalJSON(); err != nil {

@@ -158,7 +158,7 @@ func (p wirePayload) validate() (SelectionShared, *validationError) {
 			bad("OccurredAt %q is not an RFC 3339 date-time with offset", consumer.Cut(*p.OccurredAt))
 		case t.IsZero():
 			bad("OccurredAt is the zero time")
-		case !storable(t):
+		case !consumer.StorableTime(t):
 			bad("OccurredAt %s is not a time PostgreSQL stores (a year from 0001 and an offset within ±15:59)", consumer.Cut(*p.OccurredAt))
 		default:
 			e.OccurredAt = t
@@ -216,15 +216,4 @@ func (e SelectionShared) FeedPayload() LeadSelectionPayload {
 		SelectionTitle:       e.SelectionTitle,
 		PropertyObjectsCount: e.PropertyObjectsCount,
 	}
-}
-
-// storable reports whether lead_events.occurred_at (timestamptz) takes t
-// as its text, the way the feed and the envelope carry it: PostgreSQL
-// refuses a year before 0001 (RFC 3339 allows 0000) and an offset of 16
-// hours or more (RFC 3339 allows up to 23:59). Years past 9999 cannot
-// come: RFC 3339 writes four digits, and MAX_CLOCK_SKEW refuses the
-// future.
-func storable(t time.Time) bool {
-	_, off := t.Zone()
-	return t.Year() >= 1 && t.UTC().Year() >= 1 && off > -16*3600 && off < 16*3600
 }

@@ -78,6 +78,14 @@ type hostileCase struct {
 	make func(s service, e demo.Event) ([]byte, string)
 }
 
+// caseReasons is what the DLQ's reason header says, for the cases that
+// name it.
+var caseReasons = map[string]string{
+	"a payload time 16 hours from UTC": "not a time PostgreSQL stores",
+	"a payload time in year 0000":      "not a time PostgreSQL stores",
+	"CreatedAt 16 hours from UTC":      "CreatedAt",
+}
+
 var cases = []hostileCase{
 	{"a NUL character in a string member", func(s service, e demo.Event) ([]byte, string) {
 		return edit(e.Value, func(env map[string]any) { setPath(env["Payload"], s.text, "a\x00b") }), s.invalid
@@ -88,6 +96,19 @@ var cases = []hostileCase{
 	{"a payload time more than MAX_CLOCK_SKEW ahead", func(s service, e demo.Event) ([]byte, string) {
 		return edit(e.Value, func(env map[string]any) {
 			setPath(env["Payload"], s.time, time.Now().Add(25*time.Hour).UTC().Format(time.RFC3339))
+		}), s.invalid
+	}},
+	{"a payload time 16 hours from UTC", func(s service, e demo.Event) ([]byte, string) {
+		return edit(e.Value, func(env map[string]any) {
+			setPath(env["Payload"], s.time, time.Now().Add(-time.Hour).In(time.FixedZone("", 16*3600)).Format(time.RFC3339))
+		}), s.invalid
+	}},
+	{"a payload time in year 0000", func(s service, e demo.Event) ([]byte, string) {
+		return edit(e.Value, func(env map[string]any) { setPath(env["Payload"], s.time, "0000-06-01T00:00:00Z") }), s.invalid
+	}},
+	{"CreatedAt 16 hours from UTC", func(s service, e demo.Event) ([]byte, string) {
+		return edit(e.Value, func(env map[string]any) {
+			env["CreatedAt"] = time.Now().Add(-time.Hour).In(time.FixedZone("", -16*3600)).Format(time.RFC3339)
 		}), s.invalid
 	}},
 	{"JSON nested 20,000 deep in a payload member", func(s service, e demo.Event) ([]byte, string) {
@@ -119,11 +140,11 @@ func TestHostileInputEndsInTheDLQWithItsCode(t *testing.T) {
 				}})
 			}
 			want := map[string]string{} // key → code
-			names := map[string]string{}
+			names, reasons := map[string]string{}, map[string]string{}
 			for _, c := range all {
 				key := uuid.NewString()
 				v, code := c.make(s, s.valid())
-				want[key], names[key] = code, c.name
+				want[key], names[key], reasons[key] = code, c.name, caseReasons[c.name]
 				cl.Produce(t, s.topic.Name, kafkatest.Message{Partition: -1, Key: []byte(key), Value: v})
 			}
 			run := consumertest.Start(t, cl.Bootstrap, pgtest.NewDB(t), s.build, consumertest.Options{})
@@ -132,6 +153,9 @@ func TestHostileInputEndsInTheDLQWithItsCode(t *testing.T) {
 				k := string(m.Key)
 				if c := kafkatest.Header(m, consumer.HeaderErrorCode); c != want[k] {
 					t.Errorf("%s: dead-lettered as %s (%s), want %s", names[k], c, kafkatest.Header(m, consumer.HeaderReason), want[k])
+				}
+				if r := kafkatest.Header(m, consumer.HeaderReason); !strings.Contains(r, reasons[k]) {
+					t.Errorf("%s: reason %q, want it to say %q", names[k], r, reasons[k])
 				}
 				delete(want, k)
 			}
