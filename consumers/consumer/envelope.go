@@ -230,11 +230,20 @@ func hasNUL(raw []byte) bool {
 // (StorableTime): refused here, with its reason, rather than by the
 // server's data exception in the middle of a shared transaction.
 func (m *Message) CheckTime(member string, t time.Time) error {
-	if m.maxSkew > 0 && t.After(time.Now().Add(m.maxSkew)) {
-		return m.invalid.Errorf("%s %s is more than %s in the future (MAX_CLOCK_SKEW)", member, t.Format(time.RFC3339), m.maxSkew)
+	if err := timeProblem(member, t, m.maxSkew); err != nil {
+		return m.invalid.Wrap(err)
+	}
+	return nil
+}
+
+// timeProblem says what makes t, the member named member, no event's
+// time (CheckTime), or nil: the envelope's CreatedAt is judged the same.
+func timeProblem(member string, t time.Time, maxSkew time.Duration) error {
+	if maxSkew > 0 && t.After(time.Now().Add(maxSkew)) {
+		return fmt.Errorf("%s %s is more than %s in the future (MAX_CLOCK_SKEW)", member, t.Format(time.RFC3339), maxSkew)
 	}
 	if !StorableTime(t) {
-		return m.invalid.Errorf("%s %s is not a time PostgreSQL stores (a year from 0001 and an offset within ±15:59)", member, t.Format(time.RFC3339))
+		return fmt.Errorf("%s %s is not a time PostgreSQL stores (a year from 0001 and an offset within ±15:59)", member, t.Format(time.RFC3339))
 	}
 	return nil
 }

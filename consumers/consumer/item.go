@@ -2,7 +2,6 @@ package consumer
 
 import (
 	"context"
-	"fmt"
 	"time"
 
 	"github.com/confluentinc/confluent-kafka-go/v2/kafka"
@@ -75,10 +74,8 @@ func (r *Runtime) decode(it *item) {
 	}
 	it.msg = NewMessage(env, r.svc.InvalidCode, r.cfg.MaxClockSkew)
 	it.msg.Topic, it.msg.Partition, it.msg.Offset, it.msg.Key = r.svc.Topic, km.TopicPartition.Partition, int64(km.TopicPartition.Offset), km.Key
-	if skew := r.cfg.MaxClockSkew; env.Problem() == nil && env.CreatedAt.After(time.Now().Add(skew)) {
-		it.msg.problem = fmt.Errorf("CreatedAt %s is more than %s in the future (MAX_CLOCK_SKEW)", env.CreatedAt.Format(time.RFC3339), skew)
-	} else if env.Problem() == nil && !StorableTime(env.CreatedAt) {
-		it.msg.problem = fmt.Errorf("CreatedAt %s is not a time PostgreSQL stores (a year from 0001 and an offset within ±15:59)", env.CreatedAt.Format(time.RFC3339))
+	if env.Problem() == nil {
+		it.msg.problem = timeProblem("CreatedAt", env.CreatedAt, r.cfg.MaxClockSkew)
 	}
 	it.id = env.MessageID.String()
 	for i, rt := range r.routes {

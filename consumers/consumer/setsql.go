@@ -198,14 +198,8 @@ func (a *Array) Time(t time.Time) {
 // that a refusal stays the server's, as it was before arrays went in
 // binary (TestArrayTimesTheServerWouldRefuseStayText asks the server).
 func pgReadsAsText(t time.Time) bool {
-	if y := t.Year(); y < 1 || y > 9999 {
-		return false
-	}
-	if y := t.UTC().Year(); y < 1 || y > 9999 {
-		return false
-	}
-	_, off := t.Zone()
-	return off > -16*3600 && off < 16*3600
+	u := t.UTC().Year()
+	return StorableTime(t) && t.Year() <= 9999 && u >= 1 && u <= 9999
 }
 
 // pgEpoch is 2000-01-01T00:00:00Z in Unix seconds: a timestamptz's zero.

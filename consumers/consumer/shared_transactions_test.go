@@ -1,10 +1,12 @@
 package consumer_test
 
 import (
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/confluentinc/confluent-kafka-go/v2/kafka"
 	"github.com/google/uuid"
 
 	"github.com/pin-platform/pin/consumers/consumer"
@@ -117,13 +119,7 @@ func TestAFailureInASharedTransactionIsItsMessagesFirstAttemptAlone(t *testing.T
 	h.Release()
 	e.waitCommitted(7)
 
-	dlq := e.cluster.ReadAll(t, probeDLQ, 1, 10*time.Second)
-	if len(dlq) != 1 {
-		t.Fatalf("DLQ holds %d messages, want 1", len(dlq))
-	}
-	if c, a := kafkatest.Header(dlq[0], "x-dlq-error-code"), kafkatest.Header(dlq[0], "x-attempts"); c != probeConflict.Name || a != "4" {
-		t.Fatalf("dead letter: code %q, x-attempts %q; want %s, 4", c, a, probeConflict.Name)
-	}
+	e.oneDeadLetter(probeConflict, 4)
 	if runs := conflictRuns.Load() - before; runs != 4 {
 		t.Fatalf("the failing handler ran %d times, want 4 (the shared attempt counts as the first)", runs)
 	}
@@ -149,14 +145,7 @@ func TestAValueOnlyTheWriteRefusesIsItsMessagesInvalidity(t *testing.T) {
 	h.Release()
 	e.waitCommitted(7)
 
-	dlq := e.cluster.ReadAll(t, probeDLQ, 1, 10*time.Second)
-	if len(dlq) != 1 {
-		t.Fatalf("DLQ holds %d messages, want 1", len(dlq))
-	}
-	if c, a := kafkatest.Header(dlq[0], "x-dlq-error-code"), kafkatest.Header(dlq[0], "x-attempts"); c != probeInvalid.Name || a != "1" {
-		t.Fatalf("dead letter: code %q, x-attempts %q (%s); want %s, 1", c, a, kafkatest.Header(dlq[0], consumer.HeaderReason), probeInvalid.Name)
-	}
-	if reason := kafkatest.Header(dlq[0], consumer.HeaderReason); !strings.Contains(reason, "22009") {
+	if reason := kafkatest.Header(e.oneDeadLetter(probeInvalid, 1), consumer.HeaderReason); !strings.Contains(reason, "22009") {
 		t.Fatalf("dead letter's reason %q does not carry the server's refusal", reason)
 	}
 	if n := e.events(l); n != 6 {
@@ -166,4 +155,18 @@ func TestAValueOnlyTheWriteRefusesIsItsMessagesInvalidity(t *testing.T) {
 	if n := r.Counter("pin_consumer_dlq_total", map[string]string{"code": consumer.ProcessingFailed.Name}); n != 0 {
 		t.Fatalf("%v messages dead-lettered as %s", n, consumer.ProcessingFailed.Name)
 	}
+}
+
+// oneDeadLetter reads the probe's DLQ, which must hold one message, of
+// code and with x-attempts attempts, and returns it.
+func (e *env) oneDeadLetter(code consumer.Code, attempts int) *kafka.Message {
+	e.t.Helper()
+	dlq := e.cluster.ReadAll(e.t, probeDLQ, 1, 10*time.Second)
+	if len(dlq) != 1 {
+		e.t.Fatalf("DLQ holds %d messages, want 1", len(dlq))
+	}
+	if c, a := kafkatest.Header(dlq[0], "x-dlq-error-code"), kafkatest.Header(dlq[0], "x-attempts"); c != code.Name || a != strconv.Itoa(attempts) {
+		e.t.Fatalf("dead letter: code %q, x-attempts %q (%s); want %s, %d", c, a, kafkatest.Header(dlq[0], consumer.HeaderReason), code.Name, attempts)
+	}
+	return dlq[0]
 }

@@ -158,8 +158,6 @@ func (p wirePayload) validate() (SelectionShared, *validationError) {
 			bad("OccurredAt %q is not an RFC 3339 date-time with offset", consumer.Cut(*p.OccurredAt))
 		case t.IsZero():
 			bad("OccurredAt is the zero time")
-		case !consumer.StorableTime(t):
-			bad("OccurredAt %s is not a time PostgreSQL stores (a year from 0001 and an offset within ±15:59)", consumer.Cut(*p.OccurredAt))
 		default:
 			e.OccurredAt = t
 		}
