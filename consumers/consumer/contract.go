@@ -27,8 +27,9 @@ type Batched[V any] struct {
 	// transaction's messages touch, one statement per table, and returns
 	// the view the routes decide on. msgs are the messages about to be
 	// decided, in offset order, a MessageId met twice once; a redelivered
-	// message may be among them (the marks go in last: its route decides
-	// on the state it left, and the transaction runs again without it).
+	// message may be among them (its mark is found after the routes: its
+	// route decides on the state it left, and the transaction runs again
+	// without it).
 	// Read skips the messages it cannot read: their routes report them.
 	// Its error fails the transaction; one made with FailMessage is that
 	// message's failure.
@@ -37,7 +38,8 @@ type Batched[V any] struct {
 	// type is skipped (skipped-unknown-event-type).
 	Routes []Route[V]
 	// Write writes what the routes queued on the view, set-based, after
-	// the last route and before the marks and the commit. An error that
+	// the last route and the marks, before the commit: a lock taken only
+	// here is held the shortest (crm's leads). An error that
 	// names a message (FailMessage) is that message's failure; a lost race
 	// (a deadlock, a unique key taken since Read) runs the transaction
 	// again at once; any other splits it into smaller transactions.

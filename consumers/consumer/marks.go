@@ -9,14 +9,15 @@ import (
 
 // The idempotency mark and the message's effect share a transaction; the
 // mark's unique key is what makes a second processing of the same message
-// a no-op. Every transaction inserts its marks last, with their outcomes,
-// in one statement (tx.go): a mark that exists by then (a redelivery of a
-// message already processed, or one a concurrent processor committed while
-// the transaction ran) is left out of the statement's RETURNING, and the
-// transaction is rolled back and run again without that message, which is
-// acknowledged as a duplicate. Its handler ran, but inside a transaction
-// that never committed. A second processor of a message whose mark is
-// still uncommitted waits at the insert for the first to end.
+// a no-op. Every transaction inserts its marks once its routes decided,
+// with their outcomes, in one statement, before Write (tx.go): a mark that
+// exists by then (a redelivery of a message already processed, or one a
+// concurrent processor committed while the transaction ran) is left out of
+// the statement's RETURNING, and the transaction is rolled back and run
+// again without that message, which is acknowledged as a duplicate. Its
+// handler ran, but inside a transaction that never committed. A second
+// processor of a message whose mark is still uncommitted waits at the
+// insert for the first to end.
 
 // pendingOutcome is the outcome of a mark inserted only to learn whether
 // it exists (processedElsewhere): its transaction always rolls back.

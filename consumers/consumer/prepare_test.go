@@ -29,6 +29,7 @@ type preparing struct {
 	flushFail  atomic.Bool  // Write fails
 	deadlock   atomic.Int32 // Read (or, with deadlockAt "flush", Write) loses a deadlock this many more times
 	deadlockAt string
+	lockLead   uuid.UUID // Read locks this lead row FOR KEY SHARE, as a service's Read locks what it reads
 	raced      int       // the index in batches of the call that lost the deadlock, -1 until one did
 	poison     uuid.UUID // Read fails for any transaction holding this message
 	blame      bool      // and names it (FailMessage)
@@ -84,6 +85,11 @@ func (p *preparing) service(reg prometheus.Registerer) consumer.Service {
 		}
 		if p.panics.Load() {
 			panic("read panics")
+		}
+		if p.lockLead != uuid.Nil {
+			if _, err := tx.ExecContext(ctx, `SELECT 1 FROM leads WHERE id = $1 FOR KEY SHARE`, p.lockLead); err != nil {
+				return nil, err
+			}
 		}
 		for _, m := range msgs {
 			if m.MessageID != p.poison {
@@ -522,7 +528,8 @@ func TestAFailureInABatchWaitsForAnUncommittedHolderOfTheKey(t *testing.T) {
 
 // A batch whose marks' insert is a deadlock's victim runs again at once,
 // as a batch: here another processor holds one of its keys and then wants
-// the lead row the batch's writes hold (KEY SHARE, from the foreign key).
+// the lead row the batch's Read locked (KEY SHARE), as messenger's and
+// rewards' Reads lock theirs before the marks.
 func TestABatchWhoseMarksLoseADeadlockRunsAgainAsABatch(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
@@ -536,7 +543,7 @@ func TestABatchWhoseMarksLoseADeadlockRunsAgainAsABatch(t *testing.T) {
 	if _, err := holder.Exec(`SET LOCAL deadlock_timeout = '10min'`); err != nil {
 		t.Fatal(err)
 	}
-	p := &preparing{}
+	p := &preparing{lockLead: leadID}
 	r := e.startWaiting(p, "the batch to wait at its marks on the holder's key")
 	// The cycle: the holder now waits on the batch, whose deadlock check
 	// (after the server's deadlock_timeout) finds it: it is the victim.

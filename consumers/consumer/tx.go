@@ -15,8 +15,8 @@ import (
 
 // One transaction of messages (DESIGN.md, "One transaction path"): the
 // only way the runtime applies a message's effects and writes its mark —
-// Read, each route's Decide, Write, the marks (one that is there already
-// is a redelivery's: taken out, the rest runs again), the commit.
+// Read, each route's Decide, the marks (one that is there already is a
+// redelivery's: taken out, the rest runs again), Write, the commit.
 
 // txResult is how a transaction of messages ended.
 type txResult struct {
@@ -168,10 +168,6 @@ func (r *Runtime) txOnce(ctx context.Context, items []*item, mode txMode, shared
 		it.outcome = out
 		marks = append(marks, mark{it.key, it.msg.Partition, it.msg.Offset, out})
 	}
-	if err := r.guarded("write", func() error { return op.write(ctx) }); err != nil {
-		// a lost race: a deadlock, or another processor's row written since Read
-		return hookFailed(err, raceCode(err), &writeError{err})
-	}
 	inserted, err := insertMarks(ctx, tx, r.svc.Group, r.svc.Topic, marks)
 	if err != nil {
 		r.rollbackTx(ctx, tx, mode)
@@ -189,6 +185,12 @@ func (r *Runtime) txOnce(ctx context.Context, items []*item, mode txMode, shared
 		}
 		r.m.batchReruns.WithLabelValues("processed-already").Inc()
 		return txResult{}, rerunWithoutProcessed
+	}
+	// Write last: the locks a service takes only there (crm's leads) are
+	// held for its statements and the commit alone.
+	if err := r.guarded("write", func() error { return op.write(ctx) }); err != nil {
+		// a lost race: a deadlock, or another processor's row written since Read
+		return hookFailed(err, raceCode(err), &writeError{err})
 	}
 	if mode.dryRun {
 		r.rollbackTx(ctx, tx, mode)

@@ -1,6 +1,7 @@
 package crm
 
 import (
+	"context"
 	"encoding/json"
 	"strings"
 	"testing"
@@ -367,66 +368,80 @@ func TestAC5_RedeliveryAndReplayDuplicateNothing(t *testing.T) {
 // AC6: the lead leaves Active between its resolution and the write →
 // CRM_LEAD_NOT_ACTIVE, nothing appended; handled like a missing lead.
 func TestAC6_LeadLeavingActiveBeforeTheWriteAppendsNothing(t *testing.T) {
-	h := newHarness(t)
-	h.optimistic = true
-	hooks := newHooks(t)
-	h.start(0, "")
-	at := micro(time.Now().Add(-time.Hour))
-	expire := func(id uuid.UUID) {
-		h.execAsync(`UPDATE leads SET status = 'Expired', row_version = row_version + 1, updated_at = now() WHERE id = $1`, id)
-	}
+	// Where production meets it (the lead moved before the writer locked
+	// it, read again under the lock), and where only a lost lock would let
+	// it happen (between that read and the update, which must catch it).
+	for _, where := range []struct {
+		name       string
+		hook       *func(context.Context, uuid.UUID)
+		optimistic bool
+	}{
+		{"before the writer's lock", &testHookBeforeLock, false},
+		{"after the locked read, the locks released", &testHookBeforeWrite, true},
+	} {
+		t.Run(where.name, func(t *testing.T) {
+			h := newHarness(t)
+			h.optimistic = where.optimistic
+			hooks := newHooks(t, where.hook)
+			h.start(0, "")
+			at := micro(time.Now().Add(-time.Hour))
+			expire := func(id uuid.UUID) {
+				h.execAsync(`UPDATE leads SET status = 'Expired', row_version = row_version + 1, updated_at = now() WHERE id = $1`, id)
+			}
 
-	t.Run("it stays inactive: not appended, retried, then the DLQ", func(t *testing.T) {
-		l := h.insertLead("Active")
-		hooks.once(l.ID, func() { expire(l.ID) })
-		e := newEvent(l, "Shared", at).on(1)
-		offs := h.produce(e)
+			t.Run("it stays inactive: not appended, retried, then the DLQ", func(t *testing.T) {
+				l := h.insertLead("Active")
+				hooks.once(l.ID, func() { expire(l.ID) })
+				e := newEvent(l, "Shared", at).on(1)
+				offs := h.produce(e)
 
-		kafkatest.Eventually(t, servicetest.Wait, func() bool {
-			return len(h.Logs.Find("parked", map[string]any{"MessageId": e.MessageID.String(), "code": CodeLeadNotActive.Name})) == 1
-		}, "the message parked with %s", CodeLeadNotActive.Name)
-		if n := h.Run.Counter(MetricRetries, map[string]string{"class": "retry-later", "code": CodeLeadNotActive.Name}); n != 1 {
-			t.Fatalf("%s{retry-later, %s} = %v, want 1", MetricRetries, CodeLeadNotActive.Name, n)
-		}
-		h.waitCommitted(Group, 1, offs[0]+1)
-		// The later attempts find no Active lead for the pair.
-		ms := h.AwaitDLQ(1)
-		h.checkDeadLetter(ms[0], e, offs[0], CodeLeadNotFound.Name, 7)
-		if n := len(h.feedOf(l.ID)); n != 0 {
-			t.Fatalf("%d entries on the lead that left Active, want 0", n)
-		}
-		if s := h.leadState(l.ID); s.Status != "Expired" || s.RowVersion != 1 || s.LastEventAt.Valid {
-			t.Fatalf("lead %+v: want Expired, row_version 1 (the expiry's), last_event_at NULL", s)
-		}
-		if out := h.outcome(e.MessageID); out != "" {
-			t.Fatalf("outcome %q, want no mark", out)
-		}
-	})
+				kafkatest.Eventually(t, servicetest.Wait, func() bool {
+					return len(h.Logs.Find("parked", map[string]any{"MessageId": e.MessageID.String(), "code": CodeLeadNotActive.Name})) == 1
+				}, "the message parked with %s", CodeLeadNotActive.Name)
+				if n := h.Run.Counter(MetricRetries, map[string]string{"class": "retry-later", "code": CodeLeadNotActive.Name}); n != 1 {
+					t.Fatalf("%s{retry-later, %s} = %v, want 1", MetricRetries, CodeLeadNotActive.Name, n)
+				}
+				h.waitCommitted(Group, 1, offs[0]+1)
+				// The later attempts find no Active lead for the pair.
+				ms := h.AwaitDLQ(1)
+				h.checkDeadLetter(ms[0], e, offs[0], CodeLeadNotFound.Name, 7)
+				if n := len(h.feedOf(l.ID)); n != 0 {
+					t.Fatalf("%d entries on the lead that left Active, want 0", n)
+				}
+				if s := h.leadState(l.ID); s.Status != "Expired" || s.RowVersion != 1 || s.LastEventAt.Valid {
+					t.Fatalf("lead %+v: want Expired, row_version 1 (the expiry's), last_event_at NULL", s)
+				}
+				if out := h.outcome(e.MessageID); out != "" {
+					t.Fatalf("outcome %q, want no mark", out)
+				}
+			})
 
-	t.Run("the pair's lead is renewed: the retry appends to the new Active lead", func(t *testing.T) {
-		old := h.insertLead("Active")
-		var renewed testLead
-		hooks.once(old.ID, func() {
-			expire(old.ID)
-			renewed = testLead{ID: uuid.New(), Tenant: uuid.New(), Agent: old.Agent, Investor: old.Investor}
-			h.execAsync(`INSERT INTO leads (id, tenant_id, executor_agent_user_id, primary_investor_user_id, status)
-				VALUES ($1, $2, $3, $4, 'Active')`, renewed.ID, renewed.Tenant, renewed.Agent, renewed.Investor)
+			t.Run("the pair's lead is renewed: the retry appends to the new Active lead", func(t *testing.T) {
+				old := h.insertLead("Active")
+				var renewed testLead
+				hooks.once(old.ID, func() {
+					expire(old.ID)
+					renewed = testLead{ID: uuid.New(), Tenant: uuid.New(), Agent: old.Agent, Investor: old.Investor}
+					h.execAsync(`INSERT INTO leads (id, tenant_id, executor_agent_user_id, primary_investor_user_id, status)
+						VALUES ($1, $2, $3, $4, 'Active')`, renewed.ID, renewed.Tenant, renewed.Agent, renewed.Investor)
+				})
+				e := newEvent(old, "Shared", at).on(2)
+				h.produce(e)
+
+				h.waitOutcome(e.MessageID, "attached")
+				if n := len(h.feedOf(old.ID)); n != 0 {
+					t.Fatalf("%d entries on the lead that left Active, want 0", n)
+				}
+				rows := h.feed(e.MessageID)
+				if len(rows) != 1 || rows[0].LeadID != renewed.ID || rows[0].Tenant != renewed.Tenant {
+					t.Fatalf("entries %+v: want one on the renewed lead %s", rows, renewed.ID)
+				}
+				if n := h.Run.Counter(MetricRetries, map[string]string{"class": "retry-later", "code": CodeLeadNotActive.Name}); n != 2 {
+					t.Fatalf("%s{retry-later, %s} = %v, want 2", MetricRetries, CodeLeadNotActive.Name, n)
+				}
+			})
 		})
-		e := newEvent(old, "Shared", at).on(2)
-		h.produce(e)
-
-		h.waitOutcome(e.MessageID, "attached")
-		if n := len(h.feedOf(old.ID)); n != 0 {
-			t.Fatalf("%d entries on the lead that left Active, want 0", n)
-		}
-		rows := h.feed(e.MessageID)
-		if len(rows) != 1 || rows[0].LeadID != renewed.ID || rows[0].Tenant != renewed.Tenant {
-			t.Fatalf("entries %+v: want one on the renewed lead %s", rows, renewed.ID)
-		}
-		if n := h.Run.Counter(MetricRetries, map[string]string{"class": "retry-later", "code": CodeLeadNotActive.Name}); n != 2 {
-			t.Fatalf("%s{retry-later, %s} = %v, want 2", MetricRetries, CodeLeadNotActive.Name, n)
-		}
-	})
+	}
 }
 
 // A concurrent edit of the lead (its row_version moved between the read and
@@ -435,7 +450,7 @@ func TestAC6_LeadLeavingActiveBeforeTheWriteAppendsNothing(t *testing.T) {
 func TestConcurrentEditOfTheLeadIsRetriedThenDeadLettered(t *testing.T) {
 	h := newHarness(t)
 	h.optimistic = true
-	hooks := newHooks(t)
+	hooks := newHooks(t, &testHookBeforeWrite)
 	h.start(0, "")
 	at := micro(time.Now().Add(-time.Hour))
 	bump := func(id uuid.UUID) {
@@ -479,6 +494,54 @@ func TestConcurrentEditOfTheLeadIsRetriedThenDeadLettered(t *testing.T) {
 		}
 		if n := h.Run.Counter(MetricRetries, map[string]string{"class": "retry-now", "code": CodeConcurrentUpdate.Name}); n != 4 {
 			t.Fatalf("%s{retry-now} = %v, want 1 + 3", MetricRetries, n)
+		}
+	})
+}
+
+// An edit of the lead after Read resolved it and before the writer locked
+// it is what production meets (Read locks nothing): the writer reads the
+// lead again under its lock. An edit that leaves the lead as the event
+// needs it (a row_version moved) is taken as it is, with no retry; another
+// tenant is a race with an operation on the lead, re-run at once on a
+// fresh read, whose entry takes the lead's tenant now (CRM-4).
+func TestAnEditBeforeTheWritersLockIsReadUnderIt(t *testing.T) {
+	h := newHarness(t)
+	hooks := newHooks(t, &testHookBeforeLock)
+	h.start(0, "")
+	at := micro(time.Now().Add(-time.Hour))
+
+	t.Run("row_version moved: appended on it, no retry", func(t *testing.T) {
+		l := h.insertLead("Active")
+		hooks.once(l.ID, func() {
+			h.execAsync(`UPDATE leads SET row_version = row_version + 5, updated_at = now() WHERE id = $1`, l.ID)
+		})
+		e := newEvent(l, "Shared", at).on(0)
+		offs := h.produce(e)
+		h.waitOutcome(e.MessageID, "attached")
+		h.waitCommitted(Group, 0, offs[0]+1)
+		if s := h.leadState(l.ID); s.RowVersion != 6 || !s.LastEventAt.Time.Equal(at) {
+			t.Fatalf("lead %+v: want row_version 6 (the edit's 5 and ours), last_event_at %s", s, at)
+		}
+		if n := h.Run.Counter(MetricRetries, map[string]string{"class": "retry-now", "code": CodeConcurrentUpdate.Name}); n != 0 {
+			t.Fatalf("%s{retry-now} = %v, want 0", MetricRetries, n)
+		}
+	})
+
+	t.Run("another tenant: re-run at once, the entry in the tenant now", func(t *testing.T) {
+		l := h.insertLead("Active")
+		moved := uuid.New()
+		hooks.once(l.ID, func() {
+			h.execAsync(`UPDATE leads SET tenant_id = $2, row_version = row_version + 1, updated_at = now() WHERE id = $1`, l.ID, moved)
+		})
+		e := newEvent(l, "Shared", at).on(3)
+		offs := h.produce(e)
+		h.waitOutcome(e.MessageID, "attached")
+		h.waitCommitted(Group, 3, offs[0]+1)
+		if rows := h.feed(e.MessageID); len(rows) != 1 || rows[0].LeadID != l.ID || rows[0].Tenant != moved {
+			t.Fatalf("entries %+v, want one on %s in tenant %s", rows, l.ID, moved)
+		}
+		if n := h.Run.Counter(MetricRetries, map[string]string{"class": "retry-now", "code": CodeConcurrentUpdate.Name}); n != 1 {
+			t.Fatalf("%s{retry-now} = %v, want 1", MetricRetries, n)
 		}
 	})
 }

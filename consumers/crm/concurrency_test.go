@@ -43,9 +43,10 @@ func TestBatchesOfAllPartitionsOnTheSameLeadsNeitherDeadlockNorLoseAnUpdate(t *t
 		h.waitCommitted(Group, p, n)
 	}
 
-	// Every event is in the feed: Read locks the leads of every
-	// transaction, a message's alone too, so none loses a race to
-	// another partition's (a dead letter of any code is a failure).
+	// Every event is in the feed: the writer locks the leads of every
+	// transaction, a message's alone too, and reads them again under the
+	// lock, so none loses a race to another partition's (a dead letter of
+	// any code is a failure).
 	if n := h.Run.Counter(MetricDLQ, nil); n != 0 {
 		t.Errorf("%v dead letters (%v of them %s), want 0", n,
 			h.Run.Counter(MetricDLQ, map[string]string{"code": CodeConcurrentUpdate.Name}), CodeConcurrentUpdate.Name)
@@ -68,7 +69,7 @@ func TestBatchesOfAllPartitionsOnTheSameLeadsNeitherDeadlockNorLoseAnUpdate(t *t
 			t.Errorf("lead %s: row_version %d, last_event_at %v; want %d (its feed entries), %s", l.ID, s.RowVersion, s.LastEventAt.Time, len(feed), newest)
 		}
 	}
-	// Batches lock their leads up front in id order: no deadlock and no
+	// Writers lock their leads in id order: no deadlock and no
 	// serialization failure between partitions.
 	for _, code := range []string{"40P01", "40001"} {
 		if n := h.Run.Counter(MetricRetries, map[string]string{"code": code}); n != 0 {

@@ -11,15 +11,16 @@
 //
 //   - payload.go: the event's payload, its validation, the Action enum and
 //     the title cut (256 runes, never bytes);
-//   - view.go: Read, which resolves and locks the Active leads of a
-//     transaction's pairs and looks for its messages in the feed (the
+//   - view.go: Read, which resolves the Active leads of a transaction's
+//     pairs, without a lock, and looks for its messages in the feed (the
 //     source_message_id idempotency layer): the view the handler decides
 //     on;
 //   - handler.go: the handler, outcomes and log fields;
 //   - writer.go: the lead aggregate's one write path, set-based before
-//     the commit: the leads' update (CRM-1, last_event_at only forward,
-//     row_version conditioned on the one read) and the feed entries (the
-//     tenant from the lead);
+//     the commit: the leads locked in id order and read again, their
+//     update (CRM-1, last_event_at only forward, row_version conditioned
+//     on the one read under the lock) and the feed entries (the tenant
+//     from the lead);
 //   - events.go: the in-process LeadEventAdded domain event and its
 //     Publisher;
 //   - metrics.go: the metric names of the spec and the service's own

@@ -45,7 +45,8 @@ func (h *handler) handle(ctx context.Context, v *view, m *consumer.Message) (con
 		return SkippedDuplicate, nil
 	}
 
-	// The pair's Active lead, as Read resolved and locked it.
+	// The pair's Active lead, as Read resolved it (the writer locks it and
+	// checks it is still so).
 	l := v.leads[pair{ev.AgentUserID, ev.InvestorUserID}]
 	if l == nil {
 		return "", h.leadNotFound(ctx, p, CodeLeadNotFound.Errorf("no Active lead for agent %s and investor %s", ev.AgentUserID, ev.InvestorUserID))

@@ -15,7 +15,6 @@ import (
 	"github.com/pin-platform/pin/consumers/consumer/consumertest"
 	"github.com/pin-platform/pin/consumers/kafkatest"
 	"github.com/pin-platform/pin/consumers/servicetest"
-	"github.com/pin-platform/pin/ent"
 )
 
 // harness is one test's world: a broker with the contract's topics (6
@@ -24,13 +23,13 @@ import (
 type harness struct {
 	*servicetest.Env
 	pub *recorder
-	// optimistic runs the consumer with Read's lead locks released as
-	// soon as it has read (releasingLocks): the lead may then move between
-	// its read and the write, which the writer's update, conditioned on
-	// the row_version read and on status Active, must catch (spec step
-	// 5). Tests that move the lead there (testHookBeforeWrite) need it: in
-	// production the lead stays locked from Read's read to the commit,
-	// so it cannot move.
+	// optimistic runs the consumer with the writer's lead locks released
+	// as soon as it has read the leads under them (Options.releaseLeadLocks):
+	// the lead may then move between that read and the update, which the
+	// update, conditioned on the row_version read and on status Active,
+	// must catch (spec step 5). Tests that move the lead there
+	// (testHookBeforeWrite) need it: in production the lead stays locked
+	// from that read to the commit, so it cannot move.
 	optimistic bool
 }
 
@@ -45,12 +44,7 @@ func newHarness(t *testing.T) *harness {
 func (h *harness) start(scale float64, group string) *consumertest.Running {
 	h.T.Helper()
 	build := func(reg prometheus.Registerer) consumer.Service {
-		svc := Options{Publisher: h.pub.publish}.New(reg)
-		if h.optimistic {
-			b := svc.Handlers.(consumer.Batched[*view])
-			b.Read = releasingLocks(b.Read)
-			svc.Handlers = b
-		}
+		svc := Options{Publisher: h.pub.publish, releaseLeadLocks: h.optimistic}.New(reg)
 		if group != "" {
 			svc.Group = group
 		}
@@ -63,22 +57,6 @@ func (h *harness) start(scale float64, group string) *consumertest.Running {
 		}
 	})
 	return h.StartService(build, consumertest.Options{RetryTimeScale: scale})
-}
-
-// releasingLocks runs read in a savepoint that it rolls back at once: the
-// view read returns keeps what it read, and the row locks it took are
-// released.
-func releasingLocks(read func(context.Context, *ent.Tx, []*consumer.Message) (*view, error)) func(context.Context, *ent.Tx, []*consumer.Message) (*view, error) {
-	return func(ctx context.Context, tx *ent.Tx, msgs []*consumer.Message) (*view, error) {
-		if _, err := tx.ExecContext(ctx, "SAVEPOINT crm_optimistic"); err != nil {
-			return nil, err
-		}
-		v, err := read(ctx, tx, msgs)
-		if _, rerr := tx.ExecContext(ctx, "ROLLBACK TO SAVEPOINT crm_optimistic; RELEASE SAVEPOINT crm_optimistic"); rerr != nil && err == nil {
-			err = rerr
-		}
-		return v, err
-	}
 }
 
 // testLead is a row of leads inserted by a test.
@@ -277,7 +255,8 @@ func (r *recorder) all() []LeadEventAdded {
 // micro truncates t to PostgreSQL's timestamp precision.
 func micro(t time.Time) time.Time { return t.Truncate(time.Microsecond) }
 
-// hooks dispatches testHookBeforeWrite by lead.
+// hooks dispatches a writer's hook (testHookBeforeLock,
+// testHookBeforeWrite) by lead.
 type hooks struct {
 	mu    sync.Mutex
 	by    map[uuid.UUID]func()
@@ -285,12 +264,13 @@ type hooks struct {
 	calls map[uuid.UUID]int
 }
 
-// newHooks installs testHookBeforeWrite for the test. Tests that use it do
-// not run in parallel: it is a package variable.
-func newHooks(t *testing.T) *hooks {
+// newHooks installs hooks as the writer's hook at (&testHookBeforeLock,
+// &testHookBeforeWrite) for the test. Tests that use it do not run in
+// parallel: it is a package variable.
+func newHooks(t *testing.T, at *func(context.Context, uuid.UUID)) *hooks {
 	t.Helper()
 	hk := &hooks{by: map[uuid.UUID]func(){}, once1: map[uuid.UUID]bool{}, calls: map[uuid.UUID]int{}}
-	testHookBeforeWrite = func(_ context.Context, leadID uuid.UUID) {
+	*at = func(_ context.Context, leadID uuid.UUID) {
 		hk.mu.Lock()
 		fn := hk.by[leadID]
 		hk.calls[leadID]++
@@ -303,7 +283,7 @@ func newHooks(t *testing.T) *hooks {
 		}
 	}
 	// Registered before the consumer starts, so it runs after it stopped.
-	t.Cleanup(func() { testHookBeforeWrite = nil })
+	t.Cleanup(func() { *at = nil })
 	return hk
 }
 

@@ -1,11 +1,13 @@
 package crm
 
 import (
+	"context"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/pin-platform/pin/consumers/consumer"
+	"github.com/pin-platform/pin/ent"
 )
 
 // Topic, group, DLQ and event type of the consumer (docs/contract.md §3).
@@ -77,6 +79,10 @@ type Options struct {
 	Publisher Publisher
 	// Now is the clock of created_at / updated_at. Nil: time.Now.
 	Now func() time.Time
+	// releaseLeadLocks, set only by tests, has the writer give its lead
+	// locks back as soon as it has read the leads under them (lockLeads):
+	// a test can then move a lead between that read and the update.
+	releaseLeadLocks bool
 }
 
 // New builds the CRM's Selection Shared consumer (SelectionSharedConsumer)
@@ -105,7 +111,9 @@ func (o Options) New(reg prometheus.Registerer) consumer.Service {
 		Handlers: consumer.Batched[*view]{
 			Read:   read,
 			Routes: []consumer.Route[*view]{{EventType: EventType, KeyPrefix: KeyPrefix, Decide: h.handle}},
-			Write:  write,
+			Write: func(ctx context.Context, tx *ent.Tx, v *view) error {
+				return write(ctx, tx, v, o.releaseLeadLocks)
+			},
 		},
 		RetryNow: 3,
 		Describe: describe,

@@ -19,9 +19,9 @@ const StatusActive = "Active"
 // pair is a lead's resolution key: (executor agent, primary investor).
 type pair struct{ agent, investor uuid.UUID }
 
-// view is what its Read read, and locked, for a transaction: the Active
-// leads of its messages' pairs and the messages the feed holds already;
-// with the appends its handlers queued (writer.go), which keep it in step.
+// view is what its Read read for a transaction: the Active leads of its
+// messages' pairs and the messages the feed holds already; with the
+// appends its handlers queued (writer.go), which keep it in step.
 type view struct {
 	leads map[pair]*ent.Lead
 	// inFeed maps the MessageIds of the transaction that the feed has
@@ -31,21 +31,18 @@ type view struct {
 }
 
 // read resolves the Active leads of every (agent, investor) pair of msgs
-// with one statement and locks them FOR NO KEY UPDATE in id order (spec
-// step 4: the read waits for the transactions holding a lead's lock and
-// sees the lead as they left it), then looks for the messages' entries in
-// the feed, with one statement too.
+// with one statement (spec step 4), then looks for the messages' entries
+// in the feed, with one statement too. It locks nothing: the writer locks
+// the leads it appends to, in id order, and re-reads them under the lock
+// (writer.go, claimLeads).
 //
 // The events of one lead arrive on every partition (the key is the
-// SelectionId), and each appends to the feed and bumps the lead's
-// row_version. Without the up-front lock, the transactions of two
-// partitions would lock the same leads in different orders as they reach
-// them, and PostgreSQL would break the cycle after deadlock_timeout by
-// rolling one back; or, reading without a lock, lose the race to every
-// transaction that bumped the lead meanwhile. Locked in one order, they
-// wait for each other instead. NO KEY UPDATE is what the lead's own UPDATE
-// takes; it does not block the feed inserts' foreign-key checks (KEY
-// SHARE).
+// SelectionId), so the transactions of two lanes touch the same leads.
+// Locked here, a lead would stay locked through the handlers, the feed's
+// insert, the marks and the commit, and the next lane's Read would wait
+// for all of it (under a backlog, every transaction shares a lead with
+// the one before: the lanes ran one after the other). Locked at the
+// write, the next transaction reads and decides while this one commits.
 //
 // A pair without an Active lead is not in the view: its handler reports
 // it. So is a message whose payload does not decode (read decodes the
@@ -88,8 +85,6 @@ func read(ctx context.Context, tx *ent.Tx, msgs []*consumer.Message) (*view, err
 					Arg(&investors).WriteString("::uuid[]))")
 			}))
 		}).
-		Order(ent.Asc(lead.FieldID)).
-		Modify(func(s *sql.Selector) { s.For(sql.LockNoKeyUpdate) }).
 		All(ctx)
 	if err != nil {
 		return nil, err

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"entgo.io/ent/dialect/sql"
 	"github.com/google/uuid"
 
 	"github.com/pin-platform/pin/consumers/consumer"
@@ -22,10 +23,11 @@ type FeedEntry struct {
 	Payload         any       // marshalled to the jsonb payload
 }
 
-// testHookBeforeWrite, set only by tests, runs in the writer before it
-// updates a lead, to move the lead under the consumer's feet (leave
-// Active, bump row_version).
-var testHookBeforeWrite func(ctx context.Context, leadID uuid.UUID)
+// testHookBeforeLock and testHookBeforeWrite, set only by tests, run in
+// the writer, lead by lead, before it locks the transaction's leads and
+// before it updates them, to move a lead under the consumer's feet (leave
+// Active, bump row_version, change its tenant).
+var testHookBeforeLock, testHookBeforeWrite func(ctx context.Context, leadID uuid.UUID)
 
 // writes are the appends a transaction's handlers queued on its view: the
 // feed rows, and what they do to each lead.
@@ -42,7 +44,8 @@ func newWrites() writes {
 // bump is what the transaction does to one lead: n appends, the newest
 // OccurredAt, on the row_version read.
 type bump struct {
-	version int64
+	read    *ent.Lead // as Read read it
+	version int64     // the row_version the update is conditioned on: read under the lock
 	n       int64
 	newest  time.Time
 	// The first append's message: a lead that moved is its failure;
@@ -67,7 +70,7 @@ func (v *view) append(l *ent.Lead, e FeedEntry, now time.Time, m *consumer.Messa
 	v.inFeed[e.SourceMessageID] = l.ID
 	bp := v.bumps[l.ID]
 	if bp == nil {
-		bp = &bump{version: l.RowVersion, first: m, notFound: notFound}
+		bp = &bump{read: l, version: l.RowVersion, first: m, notFound: notFound}
 		v.bumps[l.ID] = bp
 	}
 	bp.n++
@@ -95,12 +98,12 @@ type queuedEntry struct {
 // looked is a unique violation, a lost race, and the runtime runs the
 // transaction again, where Read finds the entry and the message is
 // skipped as a duplicate.
-func write(ctx context.Context, tx *ent.Tx, v *view) error {
+func write(ctx context.Context, tx *ent.Tx, v *view, release bool) error {
 	w := &v.writes
 	if len(w.rows) == 0 {
 		return nil
 	}
-	if err := w.claimLeads(ctx, tx); err != nil {
+	if err := w.claimLeads(ctx, tx, release); err != nil {
 		return err
 	}
 	var ids, leads, tenants, types, occurred, sources, payloads, created consumer.Array
@@ -132,24 +135,39 @@ func write(ctx context.Context, tx *ent.Tx, v *view) error {
 
 // claimSQL updates a transaction's leads with one UPDATE: $1 their ids in
 // id order, $2 updated_at, then, lead by lead, its appends, its newest
-// OccurredAt and the row_version read.
+// OccurredAt and the row_version read under the lock (lockLeads).
 const claimSQL = `UPDATE leads AS l
 SET updated_at = $2, row_version = l.row_version + u.n, last_event_at = GREATEST(l.last_event_at, u.newest)
 FROM unnest($1::uuid[], $3::bigint[], $4::timestamptz[], $5::bigint[]) AS u(id, n, newest, read)
 WHERE l.id = u.id AND l.status = 'Active' AND l.row_version = u.read
 RETURNING l.id`
 
-// claimLeads updates the transaction's leads with one UPDATE (claimSQL) —
-// row_version + the lead's appends, last_event_at = greatest(last_event_at,
-// its newest OccurredAt) so that it only moves forward (CRM-3; GREATEST
-// ignores NULL: a first event sets it), updated_at — conditioned per lead
-// on the row_version read and on status Active (CRM-1, CRM-6). Read locked
-// the leads, so the condition holds; a lead it misses is re-read, as the
-// spec says: gone → CRM_SELECTION_LEAD_NOT_FOUND, no longer Active →
-// CRM_LEAD_NOT_ACTIVE, else CRM_CONCURRENT_UPDATE, the failure of the
-// transaction's first append to the lead.
-func (w *writes) claimLeads(ctx context.Context, tx *ent.Tx) error {
+// claimLeads locks the transaction's leads and updates them (spec step
+// 5). First lockLeads locks them FOR NO KEY UPDATE in id order with one
+// statement, which waits for the transactions holding them (the other
+// lanes' writers, the CRM's own edits) and reads each as they left it: a
+// lead gone is CRM_SELECTION_LEAD_NOT_FOUND, one no longer Active
+// CRM_LEAD_NOT_ACTIVE (CRM-1), the failure of the transaction's first
+// append to it. In one order, two writers wait for each other instead of
+// deadlocking; NO KEY UPDATE is what the UPDATE takes, and it does not
+// block the feed inserts' foreign-key checks (KEY SHARE).
+//
+// Then one UPDATE (claimSQL): row_version + the lead's appends,
+// last_event_at = greatest(last_event_at, its newest OccurredAt) so that
+// it only moves forward (CRM-3; GREATEST ignores NULL: a first event sets
+// it), updated_at; conditioned per lead on the row_version read under the
+// lock and on status Active (CRM-6). The lock holds the condition; a lead
+// the update misses all the same is re-read (missed), as the spec says.
+func (w *writes) claimLeads(ctx context.Context, tx *ent.Tx, release bool) error {
 	ids := consumer.SortedIDs(w.bumps)
+	if testHookBeforeLock != nil {
+		for _, id := range ids {
+			testHookBeforeLock(ctx, id)
+		}
+	}
+	if err := w.lockLeads(ctx, tx, ids, release); err != nil {
+		return err
+	}
 	if testHookBeforeWrite != nil {
 		for _, id := range ids {
 			testHookBeforeWrite(ctx, id)
@@ -186,21 +204,77 @@ func (w *writes) claimLeads(ctx context.Context, tx *ent.Tx) error {
 	return nil
 }
 
+// lockLeads locks the leads ids (in id order) and takes each one's
+// row_version as read under the lock; a lead gone or no longer Active is
+// the failure of its first append (claimLeads). release, set only by
+// tests, gives the locks back at once (a savepoint rolled back), so that
+// a test can move a lead between this read and the update.
+func (w *writes) lockLeads(ctx context.Context, tx *ent.Tx, ids []uuid.UUID, release bool) error {
+	if release {
+		if _, err := tx.ExecContext(ctx, "SAVEPOINT crm_release_leads"); err != nil {
+			return err
+		}
+	}
+	locked, err := tx.Lead.Query().
+		Where(consumer.AnyOf(lead.FieldID, "uuid", consumer.UUIDArray(ids))).
+		Order(ent.Asc(lead.FieldID)).
+		Select(lead.FieldStatus, lead.FieldRowVersion, lead.FieldTenantID, lead.FieldExecutorAgentUserID, lead.FieldPrimaryInvestorUserID).
+		Modify(func(s *sql.Selector) { s.For(sql.LockNoKeyUpdate) }).
+		All(ctx)
+	if err != nil {
+		return fmt.Errorf("lock the transaction's %d leads: %w", len(ids), err)
+	}
+	if release {
+		if _, err := tx.ExecContext(ctx, "ROLLBACK TO SAVEPOINT crm_release_leads; RELEASE SAVEPOINT crm_release_leads"); err != nil {
+			return err
+		}
+	}
+	now := make(map[uuid.UUID]*ent.Lead, len(locked))
+	for _, l := range locked {
+		now[l.ID] = l
+	}
+	for _, id := range ids {
+		bp, cur := w.bumps[id], now[id]
+		if cur == nil || cur.Status != StatusActive || cur.TenantID != bp.read.TenantID ||
+			cur.ExecutorAgentUserID != bp.read.ExecutorAgentUserID || cur.PrimaryInvestorUserID != bp.read.PrimaryInvestorUserID {
+			return w.moved(id, cur)
+		}
+		bp.version = cur.RowVersion
+	}
+	return nil
+}
+
 // missed is the failure of a lead the conditional update missed: re-read
-// (read committed: this sees the change), it tells a lead that left Active
-// or is gone from one that was only edited.
+// (read committed: this sees the change), it is told apart by moved.
 func (w *writes) missed(ctx context.Context, tx *ent.Tx, id uuid.UUID) error {
-	bp := w.bumps[id]
-	cur, err := tx.Lead.Query().Where(lead.ID(id)).Select(lead.FieldStatus, lead.FieldRowVersion).Only(ctx)
+	cur, err := tx.Lead.Query().Where(lead.ID(id)).Only(ctx)
 	switch {
 	case ent.IsNotFound(err):
-		err = bp.notFound(CodeLeadNotFound.Errorf("lead %s disappeared between its read and the write", id))
+		cur = nil
 	case err != nil:
 		return fmt.Errorf("re-read lead %s: %w", id, err)
+	}
+	return w.moved(id, cur)
+}
+
+// moved is the failure of the transaction's first append to lead id, which
+// is no longer as Read read it: cur is the lead now, nil when it is gone.
+// Gone → CRM_SELECTION_LEAD_NOT_FOUND (counted and logged as the handler
+// does), no longer Active → CRM_LEAD_NOT_ACTIVE (CRM-1), else (another
+// pair or tenant, a row_version moved under the update) a race with an
+// edit of the lead: CRM_CONCURRENT_UPDATE, re-run at once on a fresh read.
+func (w *writes) moved(id uuid.UUID, cur *ent.Lead) error {
+	bp := w.bumps[id]
+	var err error
+	switch {
+	case cur == nil:
+		err = bp.notFound(CodeLeadNotFound.Errorf("lead %s disappeared between its read and the write", id))
 	case cur.Status != StatusActive:
 		err = CodeLeadNotActive.Errorf("lead %s left Active (now %s) between its read and the write (CRM-1)", id, cur.Status)
-	default:
+	case cur.RowVersion != bp.version:
 		err = CodeConcurrentUpdate.Errorf("lead %s changed concurrently (row_version %d read, %d now)", id, bp.version, cur.RowVersion)
+	default:
+		err = CodeConcurrentUpdate.Errorf("lead %s changed its pair or tenant since it was read", id)
 	}
 	return consumer.FailMessage(bp.first, err)
 }
