@@ -376,7 +376,7 @@ func TestAC6_LeadLeavingActiveBeforeTheWriteAppendsNothing(t *testing.T) {
 		hook       *func(context.Context, uuid.UUID)
 		optimistic bool
 	}{
-		{"before the writer's lock", &testHookBeforeLock, false},
+		{"before the writer's lock", &testHookBeforeWriting, false},
 		{"after the locked read, the locks released", &testHookBeforeWrite, true},
 	} {
 		t.Run(where.name, func(t *testing.T) {
@@ -506,7 +506,7 @@ func TestConcurrentEditOfTheLeadIsRetriedThenDeadLettered(t *testing.T) {
 // fresh read, whose entry takes the lead's tenant now (CRM-4).
 func TestAnEditBeforeTheWritersLockIsReadUnderIt(t *testing.T) {
 	h := newHarness(t)
-	hooks := newHooks(t, &testHookBeforeLock)
+	hooks := newHooks(t, &testHookBeforeWriting)
 	h.start(0, "")
 	at := micro(time.Now().Add(-time.Hour))
 
@@ -544,6 +544,30 @@ func TestAnEditBeforeTheWritersLockIsReadUnderIt(t *testing.T) {
 			t.Fatalf("%s{retry-now} = %v, want 1", MetricRetries, n)
 		}
 	})
+}
+
+// A lead deleted after Read resolved it and before the writer's insert (a
+// lead without entries; the feed's foreign key keeps the others) fails
+// the insert, which names no message: the batch's messages go again
+// alone, where the deleted lead's finds no lead, as any missing lead (its
+// 7 attempts, then the DLQ with that code, never another), and the other
+// is appended.
+func TestALeadDeletedBeforeTheWriteIsNotFound(t *testing.T) {
+	h := newHarness(t)
+	hooks := newHooks(t, &testHookBeforeWriting)
+	at := micro(time.Now().Add(-time.Hour))
+	gone, kept := h.insertLead("Active"), h.insertLead("Active")
+	hooks.once(gone.ID, func() { h.execAsync(`DELETE FROM leads WHERE id = $1`, gone.ID) })
+	e, other := newEvent(gone, "Shared", at).on(5), newEvent(kept, "Shared", at).on(5)
+	offs := h.produce(e, other) // before the start: one batch
+	h.start(0, "")
+	h.waitOutcome(other.MessageID, "attached")
+	ms := h.AwaitDLQ(1)
+	h.checkDeadLetter(ms[0], e, offs[0], CodeLeadNotFound.Name, 7)
+	h.waitCommitted(Group, 5, offs[1]+1)
+	if n := h.Count(`SELECT count(*) FROM lead_events WHERE source_message_id = $1`, e.MessageID); n != 0 {
+		t.Fatalf("%d entries of the deleted lead's event, want 0", n)
+	}
 }
 
 // AC7: a title of 300 characters is stored cut to 256 characters (runes,

@@ -255,7 +255,7 @@ func (r *recorder) all() []LeadEventAdded {
 // micro truncates t to PostgreSQL's timestamp precision.
 func micro(t time.Time) time.Time { return t.Truncate(time.Microsecond) }
 
-// hooks dispatches a writer's hook (testHookBeforeLock,
+// hooks dispatches a writer's hook (testHookBeforeWriting,
 // testHookBeforeWrite) by lead.
 type hooks struct {
 	mu    sync.Mutex
@@ -264,7 +264,7 @@ type hooks struct {
 	calls map[uuid.UUID]int
 }
 
-// newHooks installs hooks as the writer's hook at (&testHookBeforeLock,
+// newHooks installs hooks as the writer's hook at (&testHookBeforeWriting,
 // &testHookBeforeWrite) for the test. Tests that use it do not run in
 // parallel: it is a package variable.
 func newHooks(t *testing.T, at *func(context.Context, uuid.UUID)) *hooks {

@@ -23,11 +23,11 @@ type FeedEntry struct {
 	Payload         any       // marshalled to the jsonb payload
 }
 
-// testHookBeforeLock and testHookBeforeWrite, set only by tests, run in
-// the writer, lead by lead, before it locks the transaction's leads and
-// before it updates them, to move a lead under the consumer's feet (leave
-// Active, bump row_version, change its tenant).
-var testHookBeforeLock, testHookBeforeWrite func(ctx context.Context, leadID uuid.UUID)
+// testHookBeforeWriting and testHookBeforeWrite, set only by tests, run in
+// the writer, lead by lead, before its first statement and before it
+// updates the leads, to move a lead under the consumer's feet (leave
+// Active, bump row_version, change its tenant, delete it).
+var testHookBeforeWriting, testHookBeforeWrite func(ctx context.Context, leadID uuid.UUID)
 
 // writes are the appends a transaction's handlers queued on its view: the
 // feed rows, and what they do to each lead.
@@ -91,20 +91,31 @@ type queuedEntry struct {
 }
 
 // write is the service's Write: it writes what the transaction queued
-// (spec step 5): the leads first (claimLeads), then the feed rows with one
-// INSERT of one text whatever the number of rows (consumer.InsertRows); an
-// entry's tenant is its lead's (CRM-4). The INSERT has no ON CONFLICT: an
-// entry of the same message that another processor wrote since Read
-// looked is a unique violation, a lost race, and the runtime runs the
-// transaction again, where Read finds the entry and the message is
-// skipped as a duplicate.
+// (spec step 5): the feed rows with one INSERT of one text whatever the
+// number of rows (consumer.InsertRows), an entry's tenant its lead's
+// (CRM-4); then the leads (claimLeads), which it locks. The feed goes
+// first so that the lock, which the other lane's writer waits for, is
+// held for the leads' update and the commit only: the insert's
+// foreign-key checks take KEY SHARE, which no writer's NO KEY UPDATE
+// waits for. What the lock then finds (a lead no longer Active, another
+// tenant) fails the transaction, the entries with it.
+//
+// The INSERT has no ON CONFLICT: an entry of the same message that
+// another processor wrote since Read looked is a unique violation, a lost
+// race, and the runtime runs the transaction again, where Read finds the
+// entry and the message is skipped as a duplicate. A lead deleted since
+// Read (only one without entries can be) fails the insert's foreign key,
+// which names no message: the messages run again alone, where Read no
+// longer finds it (CRM_SELECTION_LEAD_NOT_FOUND).
 func write(ctx context.Context, tx *ent.Tx, v *view, release bool) error {
 	w := &v.writes
 	if len(w.rows) == 0 {
 		return nil
 	}
-	if err := w.claimLeads(ctx, tx, release); err != nil {
-		return err
+	if testHookBeforeWriting != nil {
+		for _, id := range consumer.SortedIDs(w.bumps) {
+			testHookBeforeWriting(ctx, id)
+		}
 	}
 	var ids, leads, tenants, types, occurred, sources, payloads, created consumer.Array
 	for _, r := range w.rows {
@@ -130,7 +141,7 @@ func write(ctx context.Context, tx *ent.Tx, v *view, release bool) error {
 	if _, err := tx.ExecContext(ctx, q, args...); err != nil {
 		return fmt.Errorf("insert the transaction's %d feed entries: %w", len(w.rows), err)
 	}
-	return nil
+	return w.claimLeads(ctx, tx, release)
 }
 
 // claimSQL updates a transaction's leads with one UPDATE: $1 their ids in
@@ -160,11 +171,6 @@ RETURNING l.id`
 // the update misses all the same is re-read (missed), as the spec says.
 func (w *writes) claimLeads(ctx context.Context, tx *ent.Tx, release bool) error {
 	ids := consumer.SortedIDs(w.bumps)
-	if testHookBeforeLock != nil {
-		for _, id := range ids {
-			testHookBeforeLock(ctx, id)
-		}
-	}
 	if err := w.lockLeads(ctx, tx, ids, release); err != nil {
 		return err
 	}
