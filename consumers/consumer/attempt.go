@@ -78,7 +78,7 @@ func (r *Runtime) settle(h holder, it *item, t *tally, first error) bool {
 		}
 		var hf *handlerFailure
 		if errors.As(err, &hf) {
-			// The marks go in last: a redelivered message's route runs on
+			// The marks go in after the routes: a redelivered message's route runs on
 			// the state it left itself, and may fail on it. Its mark says
 			// whether it was processed (or is being so right now); until
 			// that can be read, its failure cannot count.

@@ -444,9 +444,9 @@ func TestAC6_LeadLeavingActiveBeforeTheWriteAppendsNothing(t *testing.T) {
 	}
 }
 
-// A concurrent edit of the lead (its row_version moved between the read and
-// the write) is re-run at once in a fresh transaction, 3 times, then
-// dead-lettered as CRM_CONCURRENT_UPDATE.
+// A concurrent edit of the lead (its row_version moved between the locked
+// read and the update, the locks released) is re-run at once in a fresh
+// transaction, 3 times, then dead-lettered as CRM_CONCURRENT_UPDATE.
 func TestConcurrentEditOfTheLeadIsRetriedThenDeadLettered(t *testing.T) {
 	h := newHarness(t)
 	h.optimistic = true
@@ -502,8 +502,9 @@ func TestConcurrentEditOfTheLeadIsRetriedThenDeadLettered(t *testing.T) {
 // it is what production meets (Read locks nothing): the writer reads the
 // lead again under its lock. An edit that leaves the lead as the event
 // needs it (a row_version moved) is taken as it is, with no retry; another
-// tenant is a race with an operation on the lead, re-run at once on a
-// fresh read, whose entry takes the lead's tenant now (CRM-4).
+// tenant or pair is a race with an operation on the lead, re-run at once
+// on a fresh read: the entry takes the lead's tenant now (CRM-4), and a
+// lead of another pair is not the event's.
 func TestAnEditBeforeTheWritersLockIsReadUnderIt(t *testing.T) {
 	h := newHarness(t)
 	hooks := newHooks(t, &testHookBeforeWriting)
@@ -542,6 +543,24 @@ func TestAnEditBeforeTheWritersLockIsReadUnderIt(t *testing.T) {
 		}
 		if n := h.Run.Counter(MetricRetries, map[string]string{"class": "retry-now", "code": CodeConcurrentUpdate.Name}); n != 1 {
 			t.Fatalf("%s{retry-now} = %v, want 1", MetricRetries, n)
+		}
+	})
+
+	t.Run("another agent: re-run at once, the pair's lead then not found", func(t *testing.T) {
+		l := h.insertLead("Active")
+		hooks.once(l.ID, func() {
+			h.execAsync(`UPDATE leads SET executor_agent_user_id = $2, row_version = row_version + 1, updated_at = now() WHERE id = $1`, l.ID, uuid.New())
+		})
+		e := newEvent(l, "Shared", at).on(4)
+		h.produce(e)
+		kafkatest.Eventually(t, servicetest.Wait, func() bool {
+			return len(h.Logs.Find("parked", map[string]any{"MessageId": e.MessageID.String(), "code": CodeLeadNotFound.Name})) == 1
+		}, "the message parked with %s", CodeLeadNotFound.Name)
+		if rows := h.feed(e.MessageID); len(rows) != 0 {
+			t.Fatalf("entries %+v on a lead of another pair, want none", rows)
+		}
+		if n := h.Run.Counter(MetricRetries, map[string]string{"class": "retry-now", "code": CodeConcurrentUpdate.Name}); n != 2 {
+			t.Fatalf("%s{retry-now} = %v, want 2 (the tenant's and this one)", MetricRetries, n)
 		}
 	})
 }

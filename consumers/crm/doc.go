@@ -31,8 +31,8 @@
 // Two layers guard against duplicates: the runtime's processed_messages key
 // crm:selection-shared:{MessageId}, and the partial unique index
 // ux_lead_events_source_message_id, which Read reads (skipped-duplicate)
-// and which refuses an entry another processor wrote meanwhile (a lost
-// race: the transaction runs again and finds it). An event whose lead does
+// and which refuses an entry written meanwhile past the mark, a backstop
+// (a lost race: the transaction runs again and finds it). An event whose lead does
 // not exist yet is parked by the runtime (retry-later) and re-driven 30 s,
 // 1, 2, 4, 8 and 16 min later without holding its partition: the feed is
 // append-only and idempotent, so it may apply out of line.

@@ -55,9 +55,9 @@ type bump struct {
 }
 
 // append queues entry e of message m on lead l, the lead as the view holds
-// it (Active, locked since Read), and returns the new entry's id: the
-// feed row, with the lead's tenant (CRM-4), and the lead's update are
-// written by flush. The caller has made sure the feed holds no entry of
+// it (Active as Read read it; the writer locks it and checks it again),
+// and returns the new entry's id: the feed row, with the lead's tenant
+// (CRM-4), and the lead's update are written by write. The caller has made sure the feed holds no entry of
 // the message (v.inFeed). notFound is the handler's report of a lead that
 // is gone at write time.
 func (v *view) append(l *ent.Lead, e FeedEntry, now time.Time, m *consumer.Message, notFound func(error) error) (uuid.UUID, error) {
@@ -100,10 +100,11 @@ type queuedEntry struct {
 // waits for. What the lock then finds (a lead no longer Active, another
 // tenant) fails the transaction, the entries with it.
 //
-// The INSERT has no ON CONFLICT: an entry of the same message that
-// another processor wrote since Read looked is a unique violation, a lost
-// race, and the runtime runs the transaction again, where Read finds the
-// entry and the message is skipped as a duplicate. A lead deleted since
+// The INSERT has no ON CONFLICT: an entry of the same message written
+// since Read looked, past its mark (a second processor of the message
+// waits at the mark, inserted before Write), is a unique violation, a
+// lost race, and the runtime runs the transaction again, where Read finds
+// the entry and the message is skipped as a duplicate. A lead deleted since
 // Read (only one without entries can be) fails the insert's foreign key,
 // which names no message: the messages run again alone, where Read no
 // longer finds it (CRM_SELECTION_LEAD_NOT_FOUND).
@@ -243,7 +244,7 @@ func (w *writes) lockLeads(ctx context.Context, tx *ent.Tx, ids []uuid.UUID, rel
 		bp, cur := w.bumps[id], now[id]
 		if cur == nil || cur.Status != StatusActive || cur.TenantID != bp.read.TenantID ||
 			cur.ExecutorAgentUserID != bp.read.ExecutorAgentUserID || cur.PrimaryInvestorUserID != bp.read.PrimaryInvestorUserID {
-			return w.moved(id, cur)
+			return w.moved(id, cur) // its pair or tenant, before a row_version not yet read
 		}
 		bp.version = cur.RowVersion
 	}
@@ -267,7 +268,7 @@ func (w *writes) missed(ctx context.Context, tx *ent.Tx, id uuid.UUID) error {
 // is no longer as Read read it: cur is the lead now, nil when it is gone.
 // Gone → CRM_SELECTION_LEAD_NOT_FOUND (counted and logged as the handler
 // does), no longer Active → CRM_LEAD_NOT_ACTIVE (CRM-1), else (another
-// pair or tenant, a row_version moved under the update) a race with an
+// pair or tenant, or a row_version moved under the update) a race with an
 // edit of the lead: CRM_CONCURRENT_UPDATE, re-run at once on a fresh read.
 func (w *writes) moved(id uuid.UUID, cur *ent.Lead) error {
 	bp := w.bumps[id]
@@ -277,10 +278,11 @@ func (w *writes) moved(id uuid.UUID, cur *ent.Lead) error {
 		err = bp.notFound(CodeLeadNotFound.Errorf("lead %s disappeared between its read and the write", id))
 	case cur.Status != StatusActive:
 		err = CodeLeadNotActive.Errorf("lead %s left Active (now %s) between its read and the write (CRM-1)", id, cur.Status)
-	case cur.RowVersion != bp.version:
-		err = CodeConcurrentUpdate.Errorf("lead %s changed concurrently (row_version %d read, %d now)", id, bp.version, cur.RowVersion)
-	default:
+	case cur.TenantID != bp.read.TenantID || cur.ExecutorAgentUserID != bp.read.ExecutorAgentUserID ||
+		cur.PrimaryInvestorUserID != bp.read.PrimaryInvestorUserID:
 		err = CodeConcurrentUpdate.Errorf("lead %s changed its pair or tenant since it was read", id)
+	default:
+		err = CodeConcurrentUpdate.Errorf("lead %s changed concurrently (row_version %d read, %d now)", id, bp.version, cur.RowVersion)
 	}
 	return consumer.FailMessage(bp.first, err)
 }
