@@ -269,11 +269,15 @@ func write(ctx context.Context, tx *ent.Tx, v *view) error {
 // claimSQL writes every chat of a transaction with one conditional UPDATE:
 // $1 the chats' ids in id order, then, chat by chat, its
 // lead_member_version after the transaction, its events (row_version
-// moves by as many) and the row_version read.
-const claimSQL = `UPDATE chats AS c SET lead_member_version = u.version, row_version = c.row_version + u.n
+// moves by as many) and the row_version read. The CTE locks the chats in
+// id order; counted in an InitPlan, it runs once, whole, before the
+// UPDATE's scan (as a semi-join's inner side it ran again, locking anew,
+// for every chat: quadratic in the transaction's chats, 13-34 ms for 227
+// of them where this takes 4-7).
+const claimSQL = `WITH locked AS (SELECT id FROM chats WHERE id = ANY($1::uuid[]) ORDER BY id FOR NO KEY UPDATE)
+UPDATE chats AS c SET lead_member_version = u.version, row_version = c.row_version + u.n
 FROM unnest($1::uuid[], $2::bigint[], $3::bigint[], $4::bigint[]) AS u(id, version, n, read)
-WHERE c.id = u.id AND c.row_version = u.read
-AND c.id IN (SELECT id FROM chats WHERE id = ANY($1::uuid[]) ORDER BY id FOR NO KEY UPDATE)
+WHERE c.id = u.id AND c.row_version = u.read AND (SELECT count(*) FROM locked) >= 0
 RETURNING c.id`
 
 // claimChats writes every chat of the transaction with one conditional
@@ -284,7 +288,7 @@ RETURNING c.id`
 // and not returned: that is the spec's concurrent edit,
 // MSG_CONCURRENT_UPDATE of the transaction's first event of the chat
 // (re-run at once, it re-reads the chat). The rows are locked first, in id
-// order, by a sub-select (FOR NO KEY UPDATE: it does not block the
+// order, by the statement's CTE (FOR NO KEY UPDATE: it does not block the
 // foreign-key checks of inserts referencing chats); the UPDATE's own scan
 // would lock them in whatever order its plan reads them. A chat's events
 // share a partition (the key is the LeadId), but an old owner still
