@@ -395,10 +395,8 @@ func TestAC6_LeadLeavingActiveBeforeTheWriteAppendsNothing(t *testing.T) {
 				e := newEvent(l, "Shared", at).on(1)
 				offs := h.produce(e)
 
-				kafkatest.Eventually(t, servicetest.Wait, func() bool {
-					return len(h.Logs.Find("parked", map[string]any{"MessageId": e.MessageID.String(), "code": CodeLeadNotActive.Name})) == 1
-				}, "the message parked with %s", CodeLeadNotActive.Name)
-				if n := h.Run.Counter(MetricRetries, map[string]string{"class": "retry-later", "code": CodeLeadNotActive.Name}); n != 1 {
+				h.waitParked(t, e, CodeLeadNotActive)
+				if n := h.retries("retry-later", CodeLeadNotActive); n != 1 {
 					t.Fatalf("%s{retry-later, %s} = %v, want 1", MetricRetries, CodeLeadNotActive.Name, n)
 				}
 				h.waitCommitted(Group, 1, offs[0]+1)
@@ -436,7 +434,7 @@ func TestAC6_LeadLeavingActiveBeforeTheWriteAppendsNothing(t *testing.T) {
 				if len(rows) != 1 || rows[0].LeadID != renewed.ID || rows[0].Tenant != renewed.Tenant {
 					t.Fatalf("entries %+v: want one on the renewed lead %s", rows, renewed.ID)
 				}
-				if n := h.Run.Counter(MetricRetries, map[string]string{"class": "retry-later", "code": CodeLeadNotActive.Name}); n != 2 {
+				if n := h.retries("retry-later", CodeLeadNotActive); n != 2 {
 					t.Fatalf("%s{retry-later, %s} = %v, want 2", MetricRetries, CodeLeadNotActive.Name, n)
 				}
 			})
@@ -470,7 +468,7 @@ func TestConcurrentEditOfTheLeadIsRetriedThenDeadLettered(t *testing.T) {
 		if s := h.leadState(l.ID); s.RowVersion != 2 || !s.LastEventAt.Time.Equal(at) {
 			t.Fatalf("lead %+v: want row_version 2 (the edit's and ours), last_event_at %s", s, at)
 		}
-		if n := h.Run.Counter(MetricRetries, map[string]string{"class": "retry-now", "code": CodeConcurrentUpdate.Name}); n != 1 {
+		if n := h.retries("retry-now", CodeConcurrentUpdate); n != 1 {
 			t.Fatalf("%s{retry-now} = %v, want 1", MetricRetries, n)
 		}
 	})
@@ -492,7 +490,7 @@ func TestConcurrentEditOfTheLeadIsRetriedThenDeadLettered(t *testing.T) {
 		if s := h.leadState(l.ID); s.RowVersion != 4 || s.LastEventAt.Valid {
 			t.Fatalf("lead %+v: want row_version 4 (the edits' only), last_event_at NULL", s)
 		}
-		if n := h.Run.Counter(MetricRetries, map[string]string{"class": "retry-now", "code": CodeConcurrentUpdate.Name}); n != 4 {
+		if n := h.retries("retry-now", CodeConcurrentUpdate); n != 4 {
 			t.Fatalf("%s{retry-now} = %v, want 1 + 3", MetricRetries, n)
 		}
 	})
@@ -510,12 +508,17 @@ func TestAnEditBeforeTheWritersLockIsReadUnderIt(t *testing.T) {
 	hooks := newHooks(t, &testHookBeforeWriting)
 	h.start(0, "")
 	at := micro(time.Now().Add(-time.Hour))
+	// editOnce sets set (and updated_at) on lead l at its first write,
+	// before the lock; args are $2, ….
+	editOnce := func(l testLead, set string, args ...any) {
+		hooks.once(l.ID, func() {
+			h.execAsync(`UPDATE leads SET `+set+`, updated_at = now() WHERE id = $1`, append([]any{l.ID}, args...)...)
+		})
+	}
 
 	t.Run("row_version moved: appended on it, no retry", func(t *testing.T) {
 		l := h.insertLead("Active")
-		hooks.once(l.ID, func() {
-			h.execAsync(`UPDATE leads SET row_version = row_version + 5, updated_at = now() WHERE id = $1`, l.ID)
-		})
+		editOnce(l, `row_version = row_version + 5`)
 		e := newEvent(l, "Shared", at).on(0)
 		offs := h.produce(e)
 		h.waitOutcome(e.MessageID, "attached")
@@ -523,7 +526,7 @@ func TestAnEditBeforeTheWritersLockIsReadUnderIt(t *testing.T) {
 		if s := h.leadState(l.ID); s.RowVersion != 6 || !s.LastEventAt.Time.Equal(at) {
 			t.Fatalf("lead %+v: want row_version 6 (the edit's 5 and ours), last_event_at %s", s, at)
 		}
-		if n := h.Run.Counter(MetricRetries, map[string]string{"class": "retry-now", "code": CodeConcurrentUpdate.Name}); n != 0 {
+		if n := h.retries("retry-now", CodeConcurrentUpdate); n != 0 {
 			t.Fatalf("%s{retry-now} = %v, want 0", MetricRetries, n)
 		}
 	})
@@ -531,9 +534,7 @@ func TestAnEditBeforeTheWritersLockIsReadUnderIt(t *testing.T) {
 	t.Run("another tenant: re-run at once, the entry in the tenant now", func(t *testing.T) {
 		l := h.insertLead("Active")
 		moved := uuid.New()
-		hooks.once(l.ID, func() {
-			h.execAsync(`UPDATE leads SET tenant_id = $2, row_version = row_version + 1, updated_at = now() WHERE id = $1`, l.ID, moved)
-		})
+		editOnce(l, `tenant_id = $2, row_version = row_version + 1`, moved)
 		e := newEvent(l, "Shared", at).on(3)
 		offs := h.produce(e)
 		h.waitOutcome(e.MessageID, "attached")
@@ -541,25 +542,21 @@ func TestAnEditBeforeTheWritersLockIsReadUnderIt(t *testing.T) {
 		if rows := h.feed(e.MessageID); len(rows) != 1 || rows[0].LeadID != l.ID || rows[0].Tenant != moved {
 			t.Fatalf("entries %+v, want one on %s in tenant %s", rows, l.ID, moved)
 		}
-		if n := h.Run.Counter(MetricRetries, map[string]string{"class": "retry-now", "code": CodeConcurrentUpdate.Name}); n != 1 {
+		if n := h.retries("retry-now", CodeConcurrentUpdate); n != 1 {
 			t.Fatalf("%s{retry-now} = %v, want 1", MetricRetries, n)
 		}
 	})
 
 	t.Run("another agent: re-run at once, the pair's lead then not found", func(t *testing.T) {
 		l := h.insertLead("Active")
-		hooks.once(l.ID, func() {
-			h.execAsync(`UPDATE leads SET executor_agent_user_id = $2, row_version = row_version + 1, updated_at = now() WHERE id = $1`, l.ID, uuid.New())
-		})
+		editOnce(l, `executor_agent_user_id = $2, row_version = row_version + 1`, uuid.New())
 		e := newEvent(l, "Shared", at).on(4)
 		h.produce(e)
-		kafkatest.Eventually(t, servicetest.Wait, func() bool {
-			return len(h.Logs.Find("parked", map[string]any{"MessageId": e.MessageID.String(), "code": CodeLeadNotFound.Name})) == 1
-		}, "the message parked with %s", CodeLeadNotFound.Name)
+		h.waitParked(t, e, CodeLeadNotFound)
 		if rows := h.feed(e.MessageID); len(rows) != 0 {
 			t.Fatalf("entries %+v on a lead of another pair, want none", rows)
 		}
-		if n := h.Run.Counter(MetricRetries, map[string]string{"class": "retry-now", "code": CodeConcurrentUpdate.Name}); n != 2 {
+		if n := h.retries("retry-now", CodeConcurrentUpdate); n != 2 {
 			t.Fatalf("%s{retry-now} = %v, want 2 (the tenant's and this one)", MetricRetries, n)
 		}
 	})

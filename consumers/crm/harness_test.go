@@ -79,6 +79,21 @@ func (h *harness) insertLeadFor(agent, investor uuid.UUID, status string) testLe
 	return l
 }
 
+// retries is the spec's retry counter of code in class ("retry-now",
+// "retry-later").
+func (h *harness) retries(class string, code consumer.Code) float64 {
+	return h.Run.Counter(MetricRetries, map[string]string{"class": class, "code": code.Name})
+}
+
+// waitParked waits for e's message to be parked with code; t is the
+// (sub)test that waits.
+func (h *harness) waitParked(t testing.TB, e *event, code consumer.Code) {
+	t.Helper()
+	kafkatest.Eventually(t, servicetest.Wait, func() bool {
+		return len(h.Logs.Find("parked", map[string]any{"MessageId": e.MessageID.String(), "code": code.Name})) == 1
+	}, "the message parked with %s", code.Name)
+}
+
 // execAsync is Exec for the consumer's goroutines (hooks): a failure is
 // reported without stopping the goroutine.
 func (h *harness) execAsync(q string, args ...any) {

@@ -57,9 +57,9 @@ type bump struct {
 // append queues entry e of message m on lead l, the lead as the view holds
 // it (Active as Read read it; the writer locks it and checks it again),
 // and returns the new entry's id: the feed row, with the lead's tenant
-// (CRM-4), and the lead's update are written by write. The caller has made sure the feed holds no entry of
-// the message (v.inFeed). notFound is the handler's report of a lead that
-// is gone at write time.
+// (CRM-4), and the lead's update are written by write. The caller has
+// made sure the feed holds no entry of the message (v.inFeed). notFound
+// is the handler's report of a lead that is gone at write time.
 func (v *view) append(l *ent.Lead, e FeedEntry, now time.Time, m *consumer.Message, notFound func(error) error) (uuid.UUID, error) {
 	payload, err := json.Marshal(e.Payload)
 	if err != nil {
@@ -212,8 +212,8 @@ func (w *writes) claimLeads(ctx context.Context, tx *ent.Tx, release bool) error
 }
 
 // lockLeads locks the leads ids (in id order) and takes each one's
-// row_version as read under the lock; a lead gone or no longer Active is
-// the failure of its first append (claimLeads). release, set only by
+// row_version as read under the lock; a lead gone, no longer Active, or
+// of another tenant or pair is the failure of its first append (moved). release, set only by
 // tests, gives the locks back at once (a savepoint rolled back), so that
 // a test can move a lead between this read and the update.
 func (w *writes) lockLeads(ctx context.Context, tx *ent.Tx, ids []uuid.UUID, release bool) error {
@@ -242,13 +242,19 @@ func (w *writes) lockLeads(ctx context.Context, tx *ent.Tx, ids []uuid.UUID, rel
 	}
 	for _, id := range ids {
 		bp, cur := w.bumps[id], now[id]
-		if cur == nil || cur.Status != StatusActive || cur.TenantID != bp.read.TenantID ||
-			cur.ExecutorAgentUserID != bp.read.ExecutorAgentUserID || cur.PrimaryInvestorUserID != bp.read.PrimaryInvestorUserID {
-			return w.moved(id, cur) // its pair or tenant, before a row_version not yet read
+		if cur == nil || cur.Status != StatusActive || !bp.sameLead(cur) {
+			return w.moved(id, cur)
 		}
 		bp.version = cur.RowVersion
 	}
 	return nil
+}
+
+// sameLead reports whether cur is still the lead Read resolved for the
+// appends: the same tenant (CRM-4) and pair.
+func (bp *bump) sameLead(cur *ent.Lead) bool {
+	return cur.TenantID == bp.read.TenantID && cur.ExecutorAgentUserID == bp.read.ExecutorAgentUserID &&
+		cur.PrimaryInvestorUserID == bp.read.PrimaryInvestorUserID
 }
 
 // missed is the failure of a lead the conditional update missed: re-read
@@ -278,8 +284,7 @@ func (w *writes) moved(id uuid.UUID, cur *ent.Lead) error {
 		err = bp.notFound(CodeLeadNotFound.Errorf("lead %s disappeared between its read and the write", id))
 	case cur.Status != StatusActive:
 		err = CodeLeadNotActive.Errorf("lead %s left Active (now %s) between its read and the write (CRM-1)", id, cur.Status)
-	case cur.TenantID != bp.read.TenantID || cur.ExecutorAgentUserID != bp.read.ExecutorAgentUserID ||
-		cur.PrimaryInvestorUserID != bp.read.PrimaryInvestorUserID:
+	case !bp.sameLead(cur):
 		err = CodeConcurrentUpdate.Errorf("lead %s changed its pair or tenant since it was read", id)
 	default:
 		err = CodeConcurrentUpdate.Errorf("lead %s changed concurrently (row_version %d read, %d now)", id, bp.version, cur.RowVersion)
