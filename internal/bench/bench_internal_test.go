@@ -185,6 +185,43 @@ func TestCPUBetweenIdle(t *testing.T) {
 	if u := cpuBetween(a, a, 0, 2); u != (cpuUse{}) {
 		t.Fatalf("no span gave %+v", u)
 	}
+	// Steal is busy time of no process: the hypervisor's, not other
+	// processes'.
+	b.busy, b.steal = 101.24, 0.1
+	if u := cpuBetween(a, b, 1, 2); !near(u.Stolen, 0.1) || !near(u.Others, 0.04) || !near(u.Idle, 0.38) {
+		t.Fatalf("stolen %v, others %v, idle %v; want 0.1, 0.04, 0.38", u.Stolen, u.Others, u.Idle)
+	}
+}
+
+// A run on a host whose hypervisor took a share of the cores says so: the
+// ceiling leaves those cores out, the table warns, and a missed paced
+// latency names the steal.
+func TestStolenCores(t *testing.T) {
+	u := cpuUse{Consumer: 0.5, Postgres: 0.4, Pinctl: 0.2, Others: 0.06, Stolen: 0.5, Machine: 1.66, Idle: 0.17, Cores: 2}
+	c := ceilingOf(5000, 80, 66, u)
+	if !near(c.CoresLeft, 1.24) {
+		t.Fatalf("cores left %v, want 1.24", c.CoresLeft)
+	}
+	if l := ceilingLine(c, u); !strings.Contains(l, "on the 1.24 cores the broker and other processes (and the hypervisor, 0.50) left") {
+		t.Fatalf("line %q", l)
+	}
+	if n := stolenNote("paced run", &u); !strings.Contains(n, "the hypervisor took 25 % of the cores (steal time) during the paced run") {
+		t.Fatalf("note %q", n)
+	}
+	if n := stolenNote("paced run", &cpuUse{Stolen: 0.09, Cores: 2}); n != "" {
+		t.Fatalf("4.5 %% of steal noted: %q", n)
+	}
+	if n := stolenNote("paced run", nil); n != "" {
+		t.Fatalf("no measure noted: %q", n)
+	}
+	r := &serviceResult{}
+	r.Paced.CPU, r.Paced.DBn, r.Paced.DBp99ms, r.Paced.Offp99ms = &u, 100, 120, 130
+	r.evaluate()
+	for _, i := range []int{2, 3} {
+		if tc := r.Targets[i]; tc.Met || tc.Why != "the hypervisor took 25 % of the cores during the paced run" {
+			t.Fatalf("target %+v", tc)
+		}
+	}
 }
 
 // The ceiling is the rate the cores allow at the run's CPU per event, on

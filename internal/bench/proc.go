@@ -98,17 +98,20 @@ func postmasterPID(dataDir string) int {
 	return pid
 }
 
-// machineCPU returns the busy and total CPU seconds of the machine since
-// boot (all cores), from /proc/stat.
-func machineCPU() (busy, total float64) {
+// machineCPU returns the busy, stolen and total CPU seconds of the
+// machine since boot (all cores), from /proc/stat. Stolen (steal) is the
+// time a virtual machine's cores wanted to run and the hypervisor ran
+// another guest instead: it counts as busy (the measure could not use it)
+// and is part of no process's time.
+func machineCPU() (busy, steal, total float64) {
 	b, err := os.ReadFile("/proc/stat")
 	if err != nil {
-		return 0, 0
+		return 0, 0, 0
 	}
 	line, _, _ := strings.Cut(string(b), "\n")
 	fs := strings.Fields(line)
 	if len(fs) < 5 || fs[0] != "cpu" {
-		return 0, 0
+		return 0, 0, 0
 	}
 	for i, f := range fs[1:] {
 		v, _ := strconv.ParseFloat(f, 64)
@@ -119,22 +122,26 @@ func machineCPU() (busy, total float64) {
 		if i != 3 && i != 4 { // idle, iowait
 			busy += v
 		}
+		if i == 7 {
+			steal = v
+		}
 	}
-	return busy / clockTicks, total / clockTicks
+	return busy / clockTicks, steal / clockTicks, total / clockTicks
 }
 
 // cpuSnapshot is the CPU seconds of each party at one instant.
 type cpuSnapshot struct {
-	consumer, postgres, pinctl, busy, total float64
+	consumer, postgres, pinctl, busy, steal, total float64
 }
 
 func takeCPU(consumerPID, postmaster int) cpuSnapshot {
-	busy, total := machineCPU()
+	busy, steal, total := machineCPU()
 	return cpuSnapshot{
 		consumer: processCPU(consumerPID),
 		postgres: treeCPU(postmaster),
 		pinctl:   processCPU(os.Getpid()),
 		busy:     busy,
+		steal:    steal,
 		total:    total,
 	}
 }
@@ -147,8 +154,14 @@ type cpuUse struct {
 	Pinctl   float64 `json:"pinctl_broker_cores"`
 	Machine  float64 `json:"machine_busy_cores"`
 	// Others is what the rest of the machine used: other people's work
-	// that the measure shared the cores with.
+	// that the measure shared the cores with (before 2026-12-03 it
+	// included Stolen).
 	Others float64 `json:"other_processes_cores"`
+	// Stolen is what the hypervisor gave other guests of the host while
+	// this machine's cores had work (steal time): cores the measure did
+	// not have. A run with much of it measured a smaller, jittery machine
+	// (absent before 2026-12-03).
+	Stolen float64 `json:"stolen_cores"`
 	Cores  int     `json:"machine_cores"`
 	// Idle is the machine's idle share, 1 − machine busy cores ÷ cores
 	// (absent before 2026-12-02).
@@ -167,7 +180,8 @@ func cpuBetween(a, b cpuSnapshot, wall float64, cores int) cpuUse {
 	}
 	if dt := b.total - a.total; dt > 0 {
 		u.Machine = (b.busy - a.busy) / dt * float64(cores)
-		u.Others = max(0, u.Machine-u.Consumer-u.Postgres-u.Pinctl)
+		u.Stolen = max(0, (b.steal-a.steal)/dt*float64(cores))
+		u.Others = max(0, u.Machine-u.Consumer-u.Postgres-u.Pinctl-u.Stolen)
 		u.Idle = max(0, 1-u.Machine/float64(cores))
 	}
 	return u

@@ -152,7 +152,7 @@ func ceilingOf(eps, consumerUs, pgUs float64, u cpuUse) *ceilingUse {
 	}
 	c := &ceilingUse{CPUUsPer: consumerUs + pgUs, Cores: u.Cores, EPS: float64(u.Cores) / per}
 	c.Reached = eps / c.EPS
-	c.CoresLeft = max(0, float64(u.Cores)-u.Pinctl-u.Others)
+	c.CoresLeft = max(0, float64(u.Cores)-u.Pinctl-u.Others-u.Stolen)
 	if c.CoresLeft > 0 {
 		c.EPSOnCoresLeft = c.CoresLeft / per
 		c.ReachedOnCoresLeft = eps / c.EPSOnCoresLeft
@@ -166,8 +166,34 @@ func ceilingLine(c *ceilingUse, u cpuUse) string {
 	if c == nil {
 		return ""
 	}
-	return fmt.Sprintf("ceiling at this cost: %s ev/s on %d cores (reached %.0f %%); %s ev/s on the %.2f cores the broker and other processes left (reached %.0f %%); machine idle %.0f %%",
-		thousands(c.EPS), c.Cores, 100*c.Reached, thousands(c.EPSOnCoresLeft), c.CoresLeft, 100*c.ReachedOnCoresLeft, 100*u.Idle)
+	stolen := ""
+	if u.Stolen >= 0.005 {
+		stolen = fmt.Sprintf(" (and the hypervisor, %.2f)", u.Stolen)
+	}
+	return fmt.Sprintf("ceiling at this cost: %s ev/s on %d cores (reached %.0f %%); %s ev/s on the %.2f cores the broker and other processes%s left (reached %.0f %%); machine idle %.0f %%",
+		thousands(c.EPS), c.Cores, 100*c.Reached, thousands(c.EPSOnCoresLeft), c.CoresLeft, stolen, 100*c.ReachedOnCoresLeft, 100*u.Idle)
+}
+
+// stolenShare is the share of the machine's cores the hypervisor took
+// over a span (0 without a measure).
+func stolenShare(u *cpuUse) float64 {
+	if u == nil || u.Cores <= 0 {
+		return 0
+	}
+	return u.Stolen / float64(u.Cores)
+}
+
+// stolenWarnShare is the steal above which a run is flagged: its rates and
+// latencies are a smaller machine's, with pauses no code of ours made.
+const stolenWarnShare = 0.05
+
+// stolenNote says how much of the cores the hypervisor took during a run,
+// when that is enough to matter ("" otherwise).
+func stolenNote(run string, u *cpuUse) string {
+	if s := stolenShare(u); s >= stolenWarnShare {
+		return fmt.Sprintf("the hypervisor took %.0f %% of the cores (steal time) during the %s: its rates and latencies are a smaller machine's with pauses of its own, not comparable with a quiet run's", 100*s, run)
+	}
+	return ""
 }
 
 // proxyChunks counts the reads the --db-latency proxy forwarded, per event.
@@ -251,6 +277,13 @@ func (r *serviceResult) evaluate() {
 	}
 	if t := &r.Targets[0]; !t.Met {
 		t.Why = brokerShareNeeds(r.BrokerOnly.AssignedEPS, r.Consumer.CPUUsPer, r.Consumer.PGUsPer, r.Consumer.CPU.Cores)
+	}
+	if s := stolenShare(r.Paced.CPU); s >= stolenWarnShare {
+		for i := 2; i <= 3; i++ { // the paced latencies
+			if t := &r.Targets[i]; !t.Met && !t.NA {
+				t.Why = fmt.Sprintf("the hypervisor took %.0f %% of the cores during the paced run", 100*s)
+			}
+		}
 	}
 }
 

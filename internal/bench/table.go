@@ -50,8 +50,8 @@ func (b *benchmark) table(r *serviceResult) {
 	fmt.Fprintf(w, "  per event: wall / consumer CPU / PostgreSQL CPU\t%.0f / %.0f / %.0f µs\tflat 10k → 1M\tcompare runs of several N\n", c.WallUsPer, c.CPUUsPer, c.PGUsPer)
 	fmt.Fprintf(w, "  CPU per event, consumer + PostgreSQL\t%.0f µs\t\tthe ceiling's cost\n", c.CPUUsPer+c.PGUsPer)
 	w.Flush()
-	fmt.Fprintf(b.Out, "  CPU during the max run (cores of %d): consumer %.2f · PostgreSQL %.2f · pinctl+broker %.2f · other processes %.2f\n",
-		c.CPU.Cores, c.CPU.Consumer, c.CPU.Postgres, c.CPU.Pinctl, c.CPU.Others)
+	fmt.Fprintf(b.Out, "  CPU during the max run (cores of %d): consumer %.2f · PostgreSQL %.2f · pinctl+broker %.2f · other processes %.2f · the hypervisor %.2f\n",
+		c.CPU.Cores, c.CPU.Consumer, c.CPU.Postgres, c.CPU.Pinctl, c.CPU.Others, c.CPU.Stolen)
 	if l := ceilingLine(c.Ceiling, c.CPU); l != "" {
 		fmt.Fprintf(b.Out, "  %s\n", l)
 	}
@@ -60,8 +60,13 @@ func (b *benchmark) table(r *serviceResult) {
 			b.DBLatency, px.ToPostgres, px.FromPostgres)
 	}
 	if p := r.Paced.CPU; p != nil {
-		fmt.Fprintf(b.Out, "  CPU during the paced run (cores of %d): consumer %.2f · PostgreSQL %.2f · pinctl+broker %.2f · other processes %.2f · machine idle %.0f %%\n",
-			p.Cores, p.Consumer, p.Postgres, p.Pinctl, p.Others, 100*p.Idle)
+		fmt.Fprintf(b.Out, "  CPU during the paced run (cores of %d): consumer %.2f · PostgreSQL %.2f · pinctl+broker %.2f · other processes %.2f · the hypervisor %.2f · machine idle %.0f %%\n",
+			p.Cores, p.Consumer, p.Postgres, p.Pinctl, p.Others, p.Stolen, 100*p.Idle)
+	}
+	for _, n := range []string{stolenNote("max run", &c.CPU), stolenNote("paced run", r.Paced.CPU)} {
+		if n != "" {
+			fmt.Fprintf(b.Out, "  ! %s\n", n)
+		}
 	}
 	if pc := r.Paced; pc.CPU != nil && pc.Batches > 0 {
 		commits := ""
