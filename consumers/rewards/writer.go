@@ -24,8 +24,7 @@ func newWrites() writes {
 
 // queueInsert queues a new row; write inserts it as it is by then.
 func (v *view) queueInsert(r *ent.ReferralBondReplica) {
-	delete(v.absent, r.ID)
-	v.byID[r.ID] = r
+	v.put(r)
 	v.inserts[r.ID] = true
 }
 
@@ -33,8 +32,7 @@ func (v *view) queueInsert(r *ent.ReferralBondReplica) {
 // (status, replica_version, synced_at). A row queued for insert is
 // inserted as it is by then.
 func (v *view) queueUpdate(r *ent.ReferralBondReplica) {
-	delete(v.absent, r.ID)
-	v.byID[r.ID] = r
+	v.put(r)
 	if !v.inserts[r.ID] {
 		v.updates[r.ID] = true
 	}
