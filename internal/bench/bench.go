@@ -503,6 +503,10 @@ func (b *benchmark) maxRun(ctx context.Context, p *devenv.Consumer, logPath stri
 	// The CPU figures cover the time from the partitions' assignment (the
 	// group join before it is idle) to the last commit, like the rate.
 	cpu0, cpu0At, joined := takeCPU(pid, b.postmaster), time.Now(), false
+	// The assignment on the monotonic clock, as the rest of the window: the
+	// log line's wall-clock time, moved onto cpu0At by the lag since (a
+	// pause of the machine steps the wall clock, not the monotonic one).
+	var assigned time.Time
 	up0, down0 := b.proxyChunks()
 	s := startCommitSampler(w, 10*time.Millisecond)
 	bar := term.NewProgress(b.Out, b.TTY, "consume", r.Events)
@@ -527,10 +531,11 @@ func (b *benchmark) maxRun(ctx context.Context, p *devenv.Consumer, logPath stri
 			break
 		}
 		if !joined { // until the line is found, or progress says LOG_LEVEL hides it
-			_, err := assignedAt(logPath)
+			at, err := assignedAt(logPath)
 			if err == nil {
 				cpu0, cpu0At = takeCPU(pid, b.postmaster), time.Now()
 				up0, down0 = b.proxyChunks()
+				assigned = cpu0At.Add(-cpu0At.Round(0).Sub(at))
 			}
 			joined = err == nil || got > 0
 			if joined && b.Profile {
@@ -582,17 +587,21 @@ func (b *benchmark) maxRun(ctx context.Context, p *devenv.Consumer, logPath stri
 	c := &r.Consumer
 	c.Seconds = last.Sub(t0).Seconds()
 	c.EPS = float64(r.Events) / c.Seconds
-	assigned, err := assignedAt(logPath)
-	if err != nil {
-		// LOG_LEVEL above info hides the line: take the join time the
-		// broker-only loop measured on the same broker.
-		assigned = t0.Add(time.Duration(r.BrokerOnly.JoinSeconds * float64(time.Second)))
-		c.JoinEstimated = true
+	if assigned.IsZero() { // progress came before the line was seen: its wall-clock time
+		if at, err := assignedAt(logPath); err == nil {
+			assigned = at
+		} else {
+			// LOG_LEVEL above info hides the line: take the join time the
+			// broker-only loop measured on the same broker.
+			assigned = t0.Add(time.Duration(r.BrokerOnly.JoinSeconds * float64(time.Second)))
+			c.JoinEstimated = true
+		}
 	}
 	c.JoinSeconds = assigned.Sub(t0).Seconds()
 	c.AssignedEPS = float64(r.Events) / last.Sub(assigned).Seconds()
 	c.WallUsPer = 1e6 / c.AssignedEPS
 	c.CPU = cpuBetween(cpu0, cpu1, cpu1At.Sub(cpu0At).Seconds(), runtime.NumCPU())
+	c.CPU.Paused = pausedBetween(cpu0At, cpu1At)
 	c.CPUUsPer = (cpu1.consumer - cpu0.consumer) / float64(r.Events) * 1e6
 	c.PGUsPer = (cpu1.postgres - cpu0.postgres) / float64(r.Events) * 1e6
 	if rss, ok := peakRSS(pid); ok {

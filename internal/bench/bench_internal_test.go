@@ -224,6 +224,46 @@ func TestStolenCores(t *testing.T) {
 	}
 }
 
+// A run during which the host paused the machine says so: the wall clock
+// moved more than the monotonic one (2026-12-03: 22.6 s in a rewards max
+// run, whose rate from the log's times came out at a sixth), and the
+// latency and ceiling targets name the pause, met or not.
+func TestPausedMachine(t *testing.T) {
+	if g := clockGap(30*time.Second, 7400*time.Millisecond); !near(g, 22.6) {
+		t.Fatalf("gap %v, want 22.6", g)
+	}
+	if g := clockGap(10*time.Second+50*time.Millisecond, 10*time.Second); g != 0 {
+		t.Fatalf("50 ms (a slewing clock's reach) taken as a pause: %v", g)
+	}
+	if g := clockGap(10*time.Second, 11*time.Second); !near(g, -1) {
+		t.Fatalf("a step back: %v, want -1", g)
+	}
+	now := time.Now()
+	if g := pausedBetween(now, now.Add(time.Minute)); g != 0 {
+		t.Fatalf("clocks in step: %v", g)
+	}
+	maxRun := cpuUse{Consumer: 0.7, Cores: 2, Paused: 22.6}
+	paced := cpuUse{Consumer: 0.5, Cores: 2, Paused: 0.4}
+	if n := pausedNote("max run", &maxRun); !strings.Contains(n, "stood still for 22.6 s during the max run") {
+		t.Fatalf("note %q", n)
+	}
+	if n := pausedNote("paced run", &cpuUse{Cores: 2}); n != "" {
+		t.Fatalf("no pause noted: %q", n)
+	}
+	r := &serviceResult{}
+	r.Consumer.AssignedEPS, r.Consumer.CPUUsPer, r.Consumer.PGUsPer, r.Consumer.CPU = 20000, 40, 40, maxRun
+	r.Paced.CPU, r.Paced.DBn, r.Paced.DBp99ms, r.Paced.Offp99ms = &paced, 100, 20, 30
+	r.evaluate()
+	if tc := r.Targets[1]; tc.Why != "the machine stood still for 22.6 s during the max run" {
+		t.Fatalf("ceiling target %+v", tc)
+	}
+	for _, i := range []int{2, 3} {
+		if tc := r.Targets[i]; !tc.Met || tc.Why != "the machine stood still for 0.4 s during the paced run" {
+			t.Fatalf("target %+v", tc)
+		}
+	}
+}
+
 // The ceiling is the rate the cores allow at the run's CPU per event, on
 // the whole machine and on the cores pinctl (with the broker) and other
 // processes left; the target is on the latter.

@@ -56,6 +56,7 @@ func (b *benchmark) pacedRun(ctx context.Context, pid int, w *offsetWatcher, nex
 		if done {
 			cpu1, cpu1At := takeCPU(pid, b.postmaster), time.Now()
 			r.Paced.CPU = new(cpuBetween(cpu0, cpu1, cpu1At.Sub(cpu0At).Seconds(), runtime.NumCPU()))
+			r.Paced.CPU.Paused = pausedBetween(cpu0At, cpu1At)
 			r.Paced.ConsumerUsPer = (cpu1.consumer - cpu0.consumer) / float64(count) * 1e6
 			r.Paced.PGUsPer = (cpu1.postgres - cpu0.postgres) / float64(count) * 1e6
 			break

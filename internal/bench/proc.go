@@ -3,10 +3,12 @@ package bench
 import (
 	"bufio"
 	"bytes"
+	"math"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // Process accounting from /proc (Linux): peak RSS and CPU time of the
@@ -162,10 +164,40 @@ type cpuUse struct {
 	// not have. A run with much of it measured a smaller, jittery machine
 	// (absent before 2026-12-03).
 	Stolen float64 `json:"stolen_cores"`
+	// Paused is how many seconds more the wall clock moved than the
+	// monotonic clock over the window: the time the virtual machine stood
+	// still (paused by its host, for a snapshot or a migration), which
+	// no process and no counter of /proc/stat saw. The rates and
+	// latencies the run takes from wall-clock times (the consumer's log
+	// lines, the messages' timestamps) are then wrong by as much (absent
+	// before 2026-12-03, and when under pauseNoteSeconds).
+	Paused float64 `json:"paused_seconds,omitempty"`
 	Cores  int     `json:"machine_cores"`
 	// Idle is the machine's idle share, 1 − machine busy cores ÷ cores
 	// (absent before 2026-12-02).
 	Idle float64 `json:"machine_idle_share"`
+}
+
+// pauseNoteSeconds is the gap between the wall clock and the monotonic
+// clock over a window from which a run is flagged as paused: NTP slews
+// the wall clock by at most 0.5 ms a second, so a larger gap is a step.
+const pauseNoteSeconds = 0.1
+
+// pausedBetween is the wall clock's advance over the monotonic clock's
+// from a to b (both from time.Now, which carries both readings): the
+// seconds the machine stood still, when its host paused it, or the wall
+// clock stepped. Under pauseNoteSeconds it is 0.
+func pausedBetween(a, b time.Time) float64 {
+	return clockGap(b.Round(0).Sub(a.Round(0)), b.Sub(a)) // Round(0) drops the monotonic reading
+}
+
+// clockGap is wall − monotonic in seconds, 0 when under pauseNoteSeconds
+// either way.
+func clockGap(wall, monotonic time.Duration) float64 {
+	if gap := (wall - monotonic).Seconds(); math.Abs(gap) >= pauseNoteSeconds {
+		return gap
+	}
+	return 0
 }
 
 func cpuBetween(a, b cpuSnapshot, wall float64, cores int) cpuUse {

@@ -196,6 +196,17 @@ func stolenNote(run string, u *cpuUse) string {
 	return ""
 }
 
+// pausedNote says that the machine stood still during a run, when it did
+// ("" otherwise): the host paused the virtual machine (a snapshot, a
+// migration; the kernel logs "crng reseeded due to virtual machine fork"
+// after one), which the CPU counters do not see and wall-clock times do.
+func pausedNote(run string, u *cpuUse) string {
+	if u == nil || u.Paused == 0 {
+		return ""
+	}
+	return fmt.Sprintf("the machine stood still for %.1f s during the %s (its wall clock moved that much more than its monotonic clock: the host paused it): the figures from wall-clock times — the steady rate from the consumer's log, the latencies — are off by as much; run it again", u.Paused, run)
+}
+
 // proxyChunks counts the reads the --db-latency proxy forwarded, per event.
 type proxyChunks struct {
 	ToPostgres   float64 `json:"to_postgres"`
@@ -284,6 +295,16 @@ func (r *serviceResult) evaluate() {
 				t.Why = fmt.Sprintf("the hypervisor took %.0f %% of the cores during the paced run", 100*s)
 			}
 		}
+	}
+	if p := r.Paced.CPU; p != nil && p.Paused != 0 {
+		for i := 2; i <= 3; i++ { // met or not, the latencies are not the code's
+			if t := &r.Targets[i]; !t.NA {
+				t.Why = fmt.Sprintf("the machine stood still for %.1f s during the paced run", p.Paused)
+			}
+		}
+	}
+	if t := &r.Targets[1]; r.Consumer.CPU.Paused != 0 && !t.NA {
+		t.Why = fmt.Sprintf("the machine stood still for %.1f s during the max run", r.Consumer.CPU.Paused)
 	}
 }
 

@@ -63,7 +63,7 @@ func (b *benchmark) table(r *serviceResult) {
 		fmt.Fprintf(b.Out, "  CPU during the paced run (cores of %d): consumer %.2f · PostgreSQL %.2f · pinctl+broker %.2f · other processes %.2f · the hypervisor %.2f · machine idle %.0f %%\n",
 			p.Cores, p.Consumer, p.Postgres, p.Pinctl, p.Others, p.Stolen, 100*p.Idle)
 	}
-	for _, n := range []string{stolenNote("max run", &c.CPU), stolenNote("paced run", r.Paced.CPU)} {
+	for _, n := range []string{stolenNote("max run", &c.CPU), stolenNote("paced run", r.Paced.CPU), pausedNote("max run", &c.CPU), pausedNote("paced run", r.Paced.CPU)} {
 		if n != "" {
 			fmt.Fprintf(b.Out, "  ! %s\n", n)
 		}
