@@ -1,7 +1,10 @@
 package bench
 
 import (
+	"fmt"
 	"math"
+	"os"
+	"os/exec"
 	"slices"
 	"strings"
 	"testing"
@@ -323,5 +326,36 @@ func TestStatementText(t *testing.T) {
 	shape.add(stmtStat{calls: 3, rows: 30, totalMs: 2.5, walB: 50})
 	if shape.calls != 5 || shape.rows != 50 || shape.totalMs != 4 || shape.walB != 150 || shape.variants != 2 {
 		t.Fatalf("shape %+v", shape)
+	}
+}
+
+// A backend that exits within a window keeps its CPU in the server's sum:
+// the postmaster's reaped children count (cutime, cstime). Here a shell's
+// subshell burns CPU and exits, then the shell becomes sleep (exec keeps
+// the reaped children's times): the tree's CPU still holds the burn.
+func TestTreeCPUKeepsReapedChildren(t *testing.T) {
+	cmd := exec.Command("sh", "-c", `(i=0; while [ $i -lt 100000 ]; do i=$((i+1)); done); exec sleep 30`)
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
+	pid := cmd.Process.Pid
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(10 * time.Millisecond) {
+		comm, err := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if strings.TrimSpace(string(comm)) == "sleep" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the shell did not become sleep within a minute")
+		}
+	}
+	if own := processCPU(pid); own >= 0.02 {
+		t.Fatalf("sleep's own CPU %v s: the burn was the child's, the test measures nothing", own)
+	}
+	if got := treeCPU(pid); got < 0.02 {
+		t.Fatalf("tree CPU %v s after the child exited, want its burn (≥ 0.02 s)", got)
 	}
 }

@@ -41,23 +41,32 @@ func peakRSS(pid int) (int64, bool) {
 // procStat returns the parent pid and the CPU seconds (user + system) of
 // pid.
 func procStat(pid string) (ppid int, cpu float64, ok bool) {
+	ppid, cpu, _, ok = procStatChildren(pid)
+	return ppid, cpu, ok
+}
+
+// procStatChildren is procStat with the CPU seconds of pid's children
+// that have exited and that it has waited for (cutime + cstime).
+func procStatChildren(pid string) (ppid int, cpu, children float64, ok bool) {
 	b, err := os.ReadFile(filepath.Join("/proc", pid, "stat"))
 	if err != nil {
-		return 0, 0, false
+		return 0, 0, 0, false
 	}
 	// "pid (comm) state ppid … utime stime …": comm may hold spaces.
 	i := bytes.LastIndexByte(b, ')')
 	if i < 0 {
-		return 0, 0, false
+		return 0, 0, 0, false
 	}
 	fs := strings.Fields(string(b[i+1:]))
-	if len(fs) < 13 {
-		return 0, 0, false
+	if len(fs) < 15 {
+		return 0, 0, 0, false
 	}
 	ppid, _ = strconv.Atoi(fs[1])
 	ut, _ := strconv.ParseFloat(fs[11], 64)
 	st, _ := strconv.ParseFloat(fs[12], 64)
-	return ppid, (ut + st) / clockTicks, true
+	cut, _ := strconv.ParseFloat(fs[13], 64)
+	cst, _ := strconv.ParseFloat(fs[14], 64)
+	return ppid, (ut + st) / clockTicks, (cut + cst) / clockTicks, true
 }
 
 func processCPU(pid int) float64 {
@@ -66,7 +75,11 @@ func processCPU(pid int) float64 {
 }
 
 // treeCPU returns the CPU seconds of root and of its direct children (a
-// postmaster and its backends) that are alive now.
+// postmaster and its backends): those alive now, and those that exited
+// and root has reaped (its cutime and cstime). Without the latter a
+// backend that exits within a window (an autovacuum worker, a
+// connection closed) takes its CPU out of the sum: on 2026-12-03 a paced
+// run measured PostgreSQL at −6 µs an event.
 func treeCPU(root int) float64 {
 	if root <= 0 {
 		return 0
@@ -81,8 +94,12 @@ func treeCPU(root int) float64 {
 		if err != nil {
 			continue
 		}
-		ppid, cpu, ok := procStat(e.Name())
-		if ok && (pid == root || ppid == root) {
+		ppid, cpu, children, ok := procStatChildren(e.Name())
+		switch {
+		case !ok:
+		case pid == root:
+			total += cpu + children
+		case ppid == root:
 			total += cpu
 		}
 	}
