@@ -17,7 +17,7 @@ func (w *worker) handle(batch []queued) bool {
 	r := w.r
 	items := make([]*item, len(batch))
 	for i, q := range batch {
-		items[i] = r.prepareQueued(q)
+		items[i] = r.prepare(q.m, q.at)
 		items[i].size = q.size
 		if it := items[i]; it.msg != nil && r.svc.ContractVersion != 0 && it.msg.ContractVersion != r.svc.ContractVersion {
 			r.m.mismatch()

@@ -43,23 +43,16 @@ func (it *item) dropHooks() {
 // prepare decodes a message and starts its span, continuing the W3C trace
 // context of its headers; at is when the message was handed to its worker.
 func (r *Runtime) prepare(km *kafka.Message, at time.Time) *item {
-	return r.prepareQueued(queued{m: km, at: at})
-}
-
-// prepareQueued is prepare of a queued message, whose envelope the poll
-// goroutine may have decoded already.
-func (r *Runtime) prepareQueued(q queued) *item {
-	km := q.m
-	it := &item{km: km, start: q.at}
+	it := &item{km: km, start: at}
 	ctx := r.prop.Extract(context.Background(), headerCarrier(km.Headers))
 	it.ctx, it.span = r.tracer.Start(ctx, r.span.name,
-		trace.WithTimestamp(q.at), // as the duration: from the hand-over
+		trace.WithTimestamp(at), // as the duration: from the hand-over
 		r.span.kind, r.span.attrs,
 		trace.WithAttributes(
 			attribute.Int("messaging.destination.partition.id", int(km.TopicPartition.Partition)),
 			attribute.Int64("messaging.kafka.offset", int64(km.TopicPartition.Offset)),
 		))
-	r.decode(it, q.pre)
+	r.decode(it)
 	if it.msg != nil && it.span.IsRecording() { // not built for a tracer that is off
 		it.span.SetAttributes(
 			attribute.String("messaging.message.id", it.id),
@@ -71,14 +64,10 @@ func (r *Runtime) prepareQueued(q queued) *item {
 	return it
 }
 
-// decode reads the item's envelope (pre, when the poll goroutine decoded
-// it) and finds its route.
-func (r *Runtime) decode(it *item, pre predecoded) {
+// decode reads the item's envelope and finds its route.
+func (r *Runtime) decode(it *item) {
 	km := it.km
-	if !pre.ok {
-		pre = predecode(km.Value)
-	}
-	env, err := pre.env, pre.err
+	env, err := DecodeEnvelope(km.Value)
 	if err != nil {
 		it.decodeErr = err
 		return
@@ -102,10 +91,10 @@ func (r *Runtime) decode(it *item, pre predecoded) {
 
 // probeItem decodes a queued message for a probe (inPartition.probe): no span of
 // its own, no "consumed" line; it is prepared again when its turn comes.
-func (r *Runtime) probeItem(q queued) *item {
-	it := &item{km: q.m, start: time.Now(), ctx: context.Background()}
+func (r *Runtime) probeItem(km *kafka.Message) *item {
+	it := &item{km: km, start: time.Now(), ctx: context.Background()}
 	it.span = trace.SpanFromContext(it.ctx) // a no-op span
-	r.decode(it, q.pre)
+	r.decode(it)
 	return it
 }
 

@@ -17,23 +17,6 @@ type queued struct {
 	m    *kafka.Message
 	at   time.Time
 	size int64 // messageBytes(m)
-	// pre is its envelope, decoded by the poll goroutine as it handed the
-	// message over (dispatch): a partition's next messages are decoded
-	// while its worker waits for a lane or for its transaction, instead
-	// of after it (DESIGN.md, "Scheduling").
-	pre predecoded
-}
-
-// predecoded is a message value's DecodeEnvelope, when ok.
-type predecoded struct {
-	env Envelope
-	err error
-	ok  bool
-}
-
-func predecode(value []byte) predecoded {
-	env, err := DecodeEnvelope(value)
-	return predecoded{env: env, err: err, ok: true}
 }
 
 // messageBytes is what a message holds in memory for the byte budgets
@@ -147,7 +130,7 @@ func (w *worker) upcoming(it *item, n int) []*item {
 				return out
 			}
 		}
-		if c := w.r.probeItem(w.carry[i]); same(c) {
+		if c := w.r.probeItem(w.carry[i].m); same(c) {
 			out = append(out, c)
 		}
 	}
@@ -280,12 +263,10 @@ func (r *Runtime) dispatch(m *kafka.Message) {
 	if !fits {
 		w.refused = size
 	}
-	if fits && len(w.in) < cap(w.in) { // this goroutine is the only sender: the send below will not block
-		q := queued{m: m, at: time.Now(), size: size}
-		q.pre = predecode(m.Value)
+	if fits {
 		w.bytes.Add(size) // before the hand-over: the worker subtracts it once done
 		select {
-		case w.in <- q:
+		case w.in <- queued{m, time.Now(), size}:
 			sent = true
 		default:
 			w.bytes.Add(-size)
