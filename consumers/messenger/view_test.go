@@ -54,7 +54,7 @@ func TestReadTakesActiveRowsAndTheRemovedRowsSnapshotsList(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer tx.Rollback()
+	defer func() { _ = tx.Rollback() }()
 	v, err := read(ctx, tx, msgs)
 	if err != nil {
 		t.Fatal(err)
