@@ -39,15 +39,9 @@ func peakRSS(pid int) (int64, bool) {
 }
 
 // procStat returns the parent pid and the CPU seconds (user + system) of
-// pid.
-func procStat(pid string) (ppid int, cpu float64, ok bool) {
-	ppid, cpu, _, ok = procStatChildren(pid)
-	return ppid, cpu, ok
-}
-
-// procStatChildren is procStat with the CPU seconds of pid's children
-// that have exited and that it has waited for (cutime + cstime).
-func procStatChildren(pid string) (ppid int, cpu, children float64, ok bool) {
+// pid, and those of its children that have exited and that it has waited
+// for (cutime + cstime).
+func procStat(pid string) (ppid int, cpu, children float64, ok bool) {
 	b, err := os.ReadFile(filepath.Join("/proc", pid, "stat"))
 	if err != nil {
 		return 0, 0, 0, false
@@ -70,7 +64,7 @@ func procStatChildren(pid string) (ppid int, cpu, children float64, ok bool) {
 }
 
 func processCPU(pid int) float64 {
-	_, cpu, _ := procStat(strconv.Itoa(pid))
+	_, cpu, _, _ := procStat(strconv.Itoa(pid))
 	return cpu
 }
 
@@ -94,7 +88,7 @@ func treeCPU(root int) float64 {
 		if err != nil {
 			continue
 		}
-		ppid, cpu, children, ok := procStatChildren(e.Name())
+		ppid, cpu, children, ok := procStat(e.Name())
 		switch {
 		case !ok:
 		case pid == root:
