@@ -27,6 +27,7 @@ type item struct {
 	outcome   Outcome
 	attempts  int
 	marked    bool            // its mark was found committed: a duplicate
+	waited    bool            // its waits before its first transaction are counted (metrics.waited)
 	inLine    bool            // it could not be parked: its retry-later waits are in line
 	size      int64           // messageBytes(km), measured once at its hand-over
 	attempt   *attemptSpans   // the spans of the attempt running now

@@ -18,23 +18,25 @@ const UnknownEventType = "unknown"
 // metrics are the runtime's generic families (label service on each) and
 // the spec-named families of the service.
 type metrics struct {
-	messages         *prometheus.CounterVec   // pin_consumer_messages_total{event_type,outcome}
-	duration         *prometheus.HistogramVec // pin_consumer_message_duration_seconds{event_type}
-	retries          *prometheus.CounterVec   // pin_consumer_retries_total{class,code}
-	dlq              *prometheus.CounterVec   // pin_consumer_dlq_total{code}
-	parked           *prometheus.CounterVec   // pin_consumer_parked_total{code}
-	paused           prometheus.Gauge         // pin_consumer_paused_partitions
-	inFlight         prometheus.Gauge         // pin_consumer_in_flight_messages
-	lag              *prometheus.GaugeVec     // pin_consumer_lag_messages{topic,partition}
-	contractMismatch prometheus.Counter       // pin_consumer_contract_mismatch_total
-	unknownType      *prometheus.CounterVec   // pin_consumer_unknown_event_types_total{event_type}
-	batchSize        prometheus.Histogram     // pin_consumer_batch_size
-	batchReruns      *prometheus.CounterVec   // pin_consumer_batch_reruns_total{reason}
-	sharedRuns       prometheus.Histogram     // pin_consumer_shared_transaction_runs
-	offsetCommits    *prometheus.CounterVec   // pin_consumer_offset_commits_total{trigger,result}
-	infraErrors      *prometheus.CounterVec   // pin_consumer_infrastructure_errors_total{cause}
-	schemaBehind     prometheus.Gauge         // pin_consumer_schema_behind
-	dlqMissing       prometheus.Gauge         // pin_consumer_dlq_partitions_missing
+	messages         *prometheus.CounterVec           // pin_consumer_messages_total{event_type,outcome}
+	duration         *prometheus.HistogramVec         // pin_consumer_message_duration_seconds{event_type}
+	retries          *prometheus.CounterVec           // pin_consumer_retries_total{class,code}
+	dlq              *prometheus.CounterVec           // pin_consumer_dlq_total{code}
+	parked           *prometheus.CounterVec           // pin_consumer_parked_total{code}
+	paused           prometheus.Gauge                 // pin_consumer_paused_partitions
+	inFlight         prometheus.Gauge                 // pin_consumer_in_flight_messages
+	lag              *prometheus.GaugeVec             // pin_consumer_lag_messages{topic,partition}
+	contractMismatch prometheus.Counter               // pin_consumer_contract_mismatch_total
+	unknownType      *prometheus.CounterVec           // pin_consumer_unknown_event_types_total{event_type}
+	batchSize        prometheus.Histogram             // pin_consumer_batch_size
+	batchReruns      *prometheus.CounterVec           // pin_consumer_batch_reruns_total{reason}
+	sharedRuns       prometheus.Histogram             // pin_consumer_shared_transaction_runs
+	offsetCommits    *prometheus.CounterVec           // pin_consumer_offset_commits_total{trigger,result}
+	infraErrors      *prometheus.CounterVec           // pin_consumer_infrastructure_errors_total{cause}
+	schemaBehind     prometheus.Gauge                 // pin_consumer_schema_behind
+	dlqMissing       prometheus.Gauge                 // pin_consumer_dlq_partitions_missing
+	waits            [numWaits]prometheus.Observer    // pin_consumer_wait_seconds{stage}
+	txStages         [numTxStages]prometheus.Observer // pin_consumer_transaction_stage_seconds{stage}
 
 	specDuration  prometheus.Observer
 	specDLQ       *prometheus.CounterVec
@@ -113,9 +115,25 @@ func newMetrics(reg prometheus.Registerer, svc Service, lagSource func(context.C
 			Help: "Source partitions the DLQ topic lacks (partitions added to the source only): their dead letters go to DLQ partition (number modulo the DLQ's partitions). 0 when the DLQ has as many as its source.",
 		}),
 	}
+	waits := prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "pin_consumer_wait_seconds",
+		Help:    "A message's wait before its first transaction, by stage: partition (from its hand-over to its partition's worker until its run asks for a lane: behind the partition's previous run), lane (until its transaction starts: waiting for one of the CONSUMER_TRANSACTIONS lanes).",
+		Buckets: stageBuckets,
+	}, []string{"stage"})
+	txStages := prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "pin_consumer_transaction_stage_seconds",
+		Help:    "The stages of a transaction of messages, each observed when it ends: begin, read (the service's Read), decide (the handlers), marks, write (the service's Write), commit. A probe's are not counted.",
+		Buckets: stageBuckets,
+	}, []string{"stage"})
+	for i, s := range waitNames {
+		m.waits[i] = waits.WithLabelValues(s)
+	}
+	for i, s := range txStageNames {
+		m.txStages[i] = txStages.WithLabelValues(s)
+	}
 	g.MustRegister(m.messages, m.duration, m.retries, m.dlq, m.parked, m.paused, m.inFlight,
 		m.lag, m.contractMismatch, m.unknownType, m.batchSize, m.batchReruns, m.sharedRuns, m.offsetCommits,
-		m.infraErrors, m.schemaBehind, m.dlqMissing)
+		m.infraErrors, m.schemaBehind, m.dlqMissing, waits, txStages)
 	for _, cause := range InfrastructureCauses {
 		m.infraErrors.WithLabelValues(cause)
 	}
@@ -216,6 +234,79 @@ func (m *metrics) zeroes(svc Service) {
 	for _, o := range []Outcome{SkippedUnknownEventType, DeadLettered} {
 		m.messages.WithLabelValues(UnknownEventType, string(o))
 	}
+}
+
+// The stages of pin_consumer_wait_seconds and
+// pin_consumer_transaction_stage_seconds: where a message's time goes
+// between its hand-over and its acknowledgement (bench/README.md prints
+// them per run).
+type (
+	wait    int
+	txStage int
+)
+
+const (
+	waitPartition wait = iota
+	waitLane
+	numWaits
+)
+
+const (
+	stageBegin txStage = iota
+	stageRead
+	stageDecide
+	stageMarks
+	stageWrite
+	stageCommit
+	numTxStages
+)
+
+var (
+	waitNames    = [numWaits]string{"partition", "lane"}
+	txStageNames = [numTxStages]string{"begin", "read", "decide", "marks", "write", "commit"}
+	// 0.1 ms to 10 s: a statement on loopback to a transaction stuck
+	// behind a lock; 50 ms, the half-load latency target, is a bound.
+	stageBuckets = []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10}
+)
+
+// waited records the waits of a run's messages that reach their first
+// transaction: the run asked for a lane at asked, and its transaction
+// started at started. A message's later attempts (a run again alone) are
+// not counted: its first wait is the one a load makes.
+func (m *metrics) waited(items []*item, asked, started time.Time) {
+	lane := started.Sub(asked).Seconds()
+	for _, it := range items {
+		if it.waited {
+			continue
+		}
+		it.waited = true
+		m.waits[waitPartition].Observe(asked.Sub(it.start).Seconds())
+		m.waits[waitLane].Observe(lane)
+	}
+}
+
+// stageClock times a transaction's stages: done observes the stage that
+// ends now, since the previous one ended (or the clock started). A clock
+// that is off (a probe's) observes nothing.
+type stageClock struct {
+	m  *metrics
+	at time.Time
+}
+
+func (m *metrics) stageClock(on bool) stageClock {
+	if !on {
+		return stageClock{}
+	}
+	return stageClock{m: m, at: time.Now()}
+}
+
+func (c *stageClock) done(s txStage) {
+	if c.m == nil {
+		return
+	}
+	now := time.Now()
+	c.m.txStages[s].Observe(now.Sub(c.at).Seconds())
+	c.at = now
 }
 
 func (m *metrics) finished(eventType string, out Outcome, d time.Duration) {

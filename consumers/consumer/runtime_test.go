@@ -933,6 +933,86 @@ func TestMessageDurationCountsTheWaitInTheQueue(t *testing.T) {
 	}
 }
 
+// Where the time goes (pin_consumer_wait_seconds,
+// pin_consumer_transaction_stage_seconds): a message queued behind a
+// transaction whose handler takes 3 s waits that long at its partition,
+// not for a lane; the slow transaction's 3 s are in its decide stage; and
+// every committed transaction counts each of its stages once.
+func TestStageMetricsTellWhereTheTimeGoes(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	leadID := e.lead()
+	slow, v := envelope(leadID, "slow")
+	e.produce(0, v)
+	r := consumertest.Start(t, e.cluster.Bootstrap, e.url, probeService(long...), consumertest.Options{})
+	kafkatest.Eventually(t, 20*time.Second, func() bool { _, ok := slowStarted.Load(slow); return ok }, "the slow handler to start")
+	_, quick := envelope(leadID, "")
+	e.produce(0, quick) // queued behind the slow one
+	e.waitCommitted(2)
+
+	mfs, err := r.Registry.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stages := map[string]map[string]*dto.Histogram{}
+	var transactions uint64
+	for _, mf := range mfs {
+		switch mf.GetName() {
+		case "pin_consumer_wait_seconds", "pin_consumer_transaction_stage_seconds":
+			stages[mf.GetName()] = map[string]*dto.Histogram{}
+			for _, m := range mf.GetMetric() {
+				for _, l := range m.GetLabel() {
+					if l.GetName() == "stage" {
+						stages[mf.GetName()][l.GetValue()] = m.GetHistogram()
+					}
+				}
+			}
+		case "pin_consumer_batch_size":
+			transactions = mf.GetMetric()[0].GetHistogram().GetSampleCount()
+		}
+	}
+	// over is how many of h's samples exceeded 1 s.
+	over := func(h *dto.Histogram) uint64 {
+		for _, b := range h.GetBucket() {
+			if b.GetUpperBound() == 1 {
+				return h.GetSampleCount() - b.GetCumulativeCount()
+			}
+		}
+		t.Fatal("no 1 s bucket")
+		return 0
+	}
+	waits := stages["pin_consumer_wait_seconds"]
+	for _, stage := range []string{"partition", "lane"} {
+		if h := waits[stage]; h == nil || h.GetSampleCount() != 2 {
+			t.Fatalf("wait_seconds{stage=%q}: %v, want 2 samples (one per message)", stage, h)
+		}
+	}
+	if n := over(waits["partition"]); n != 1 {
+		t.Fatalf("%d of 2 messages waited over 1 s at their partition; want 1 (the second, behind the first's %s)", n, slowFor)
+	}
+	if n := over(waits["lane"]); n != 0 {
+		t.Fatalf("%d messages waited over 1 s for a lane; want 0 (the lanes were free)", n)
+	}
+	if transactions < 2 {
+		t.Fatalf("batch_size counted %d transactions, want at least 2", transactions)
+	}
+	tx := stages["pin_consumer_transaction_stage_seconds"]
+	for _, stage := range []string{"begin", "read", "decide", "marks", "write", "commit"} {
+		if h := tx[stage]; h == nil || h.GetSampleCount() != transactions {
+			t.Fatalf("transaction_stage_seconds{stage=%q}: %v, want %d samples (one per committed transaction)", stage, h, transactions)
+		}
+	}
+	for stage, h := range tx {
+		want := uint64(0)
+		if stage == "decide" {
+			want = 1 // the slow handler's
+		}
+		if n := over(h); n != want {
+			t.Fatalf("transaction_stage_seconds{stage=%q}: %d transactions over 1 s, want %d", stage, n, want)
+		}
+	}
+}
+
 // A parked row of another message at the coordinates of this one (the
 // topic was deleted and recreated, or a replay put another message at an
 // offset a row still holds) is not this message: this one, which cannot

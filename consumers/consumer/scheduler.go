@@ -3,6 +3,7 @@ package consumer
 import (
 	"slices"
 	"sync"
+	"time"
 )
 
 // The scheduler: at most CONSUMER_TRANSACTIONS transactions of messages at
@@ -43,6 +44,7 @@ type request struct {
 	bytes int64 // the items' messages' (messageBytes)
 	alone bool  // runs in a transaction of its own, shared with no one
 	mode  txMode
+	asked time.Time     // when the run asked for a lane
 	done  chan txResult // how the transaction that took the run ended (for this run)
 	lead  chan struct{} // promoted: the worker leads the next transaction
 }
@@ -55,7 +57,7 @@ func newScheduler(lanes, limit int, bytes int64) *scheduler {
 // the runs of other partitions, and reports how it ended for the run: its
 // failed message is one of items.
 func (s *scheduler) do(w *worker, items []*item, alone bool, mode txMode) txResult {
-	req := &request{w: w, items: items, alone: alone, mode: mode, done: make(chan txResult, 1), lead: make(chan struct{}, 1)}
+	req := &request{w: w, items: items, alone: alone, mode: mode, asked: time.Now(), done: make(chan txResult, 1), lead: make(chan struct{}, 1)}
 	for _, it := range items {
 		req.bytes += it.size
 	}
@@ -153,6 +155,12 @@ func (s *scheduler) run(own *request) (res txResult) {
 	m := own.w.r.m
 	if !own.alone {
 		m.sharedRuns.Observe(float64(len(group)))
+	}
+	if !own.mode.dryRun {
+		started := time.Now()
+		for _, q := range group {
+			m.waited(q.items, q.asked, started)
+		}
 	}
 	if all = s.tx(own.w, items, own.mode); !all.committed && len(group) > 1 {
 		m.batchReruns.WithLabelValues("shared-failed").Inc()

@@ -127,10 +127,12 @@ func (r *Runtime) txOnce(ctx context.Context, items []*item, mode txMode, shared
 	if len(msgs) == 0 { // every message a duplicate: nothing to write
 		return txResult{committed: true}, noRerun
 	}
+	clock := r.m.stageClock(!mode.dryRun)
 	tx, err := r.beginTx(ctx, mode)
 	if err != nil {
 		return txResult{err: err}, noRerun
 	}
+	clock.done(stageBegin)
 	fail := func(res txResult) (txResult, rerun) {
 		r.rollbackTx(ctx, tx, mode)
 		return res, noRerun
@@ -156,6 +158,7 @@ func (r *Runtime) txOnce(ctx context.Context, items []*item, mode txMode, shared
 	}); err != nil { // a lost race: Read's locks deadlocked with another transaction's
 		return hookFailed(err, lostRace(err), fmt.Errorf("read: %w", err))
 	}
+	clock.done(stageRead)
 	marks := make([]mark, 0, len(msgs))
 	for i, it := range items {
 		if !run[i] {
@@ -168,6 +171,7 @@ func (r *Runtime) txOnce(ctx context.Context, items []*item, mode txMode, shared
 		it.outcome = out
 		marks = append(marks, mark{it.key, it.msg.Partition, it.msg.Offset, out})
 	}
+	clock.done(stageDecide)
 	inserted, err := insertMarks(ctx, tx, r.svc.Group, r.svc.Topic, marks)
 	if err != nil {
 		r.rollbackTx(ctx, tx, mode)
@@ -186,12 +190,14 @@ func (r *Runtime) txOnce(ctx context.Context, items []*item, mode txMode, shared
 		r.m.batchReruns.WithLabelValues("processed-already").Inc()
 		return txResult{}, rerunWithoutProcessed
 	}
+	clock.done(stageMarks)
 	// Write last: the locks a service takes only there (crm's leads) are
 	// held for its statements and the commit alone.
 	if err := r.guarded("write", func() error { return op.write(ctx) }); err != nil {
 		// a lost race: a deadlock, or another processor's row written since Read
 		return hookFailed(err, raceCode(err), &writeError{err})
 	}
+	clock.done(stageWrite)
 	if mode.dryRun {
 		r.rollbackTx(ctx, tx, mode)
 		return txResult{committed: true}, noRerun // would have: the probe's answer
@@ -199,6 +205,7 @@ func (r *Runtime) txOnce(ctx context.Context, items []*item, mode txMode, shared
 	if err := r.commitTx(ctx, tx, mode); err != nil {
 		return txResult{err: fmt.Errorf("commit: %w", err)}, noRerun
 	}
+	clock.done(stageCommit)
 	r.m.batchSize.Observe(float64(len(items)))
 	return txResult{committed: true}, noRerun
 }

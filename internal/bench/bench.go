@@ -616,6 +616,7 @@ func (b *benchmark) maxRun(ctx context.Context, p *devenv.Consumer, logPath stri
 		c.GoSysMiB = m["go_memstats_sys_bytes"] / (1 << 20)
 		c.GoHeapMiB = m["go_memstats_heap_inuse_bytes"] / (1 << 20)
 		c.RSSNowMiB = m["process_resident_memory_bytes"] / (1 << 20)
+		c.Stages, c.metrics = stageTimes(m, nil), m
 	}
 	return end, nil
 }

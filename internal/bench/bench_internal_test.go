@@ -359,3 +359,60 @@ func TestTreeCPUKeepsReapedChildren(t *testing.T) {
 		t.Fatalf("tree CPU %v s after the child exited, want its burn (≥ 0.02 s)", got)
 	}
 }
+
+// The stage histograms of a scrape, less an earlier one's: means from
+// _sum and _count, the p99 interpolated in its bucket as
+// histogram_quantile does; a stage observed in neither run is left out.
+func TestStageTimes(t *testing.T) {
+	series := func(family, stage string, sum, count float64, buckets map[string]float64) map[string]float64 {
+		m := map[string]float64{
+			family + `_sum{service="crm",stage="` + stage + `"}`:   sum,
+			family + `_count{service="crm",stage="` + stage + `"}`: count,
+		}
+		for le, n := range buckets {
+			m[family+`_bucket{le="`+le+`",service="crm",stage="`+stage+`"}`] = n
+		}
+		return m
+	}
+	merge := func(ms ...map[string]float64) map[string]float64 {
+		out := map[string]float64{}
+		for _, m := range ms {
+			for k, v := range m {
+				out[k] = v
+			}
+		}
+		return out
+	}
+	before := merge(
+		series(waitFamily, "lane", 1, 100, map[string]float64{"0.001": 0, "0.01": 100, "0.1": 100, "+Inf": 100}),
+		series(txStageFamily, "commit", 0.2, 100, map[string]float64{"0.001": 50, "0.01": 100, "0.1": 100, "+Inf": 100}),
+	)
+	after := merge(
+		// 200 more lane waits, 4 s in all: 100 in (1, 10] ms, 100 in (10, 100] ms.
+		series(waitFamily, "lane", 5, 300, map[string]float64{"0.001": 0, "0.01": 200, "0.1": 300, "+Inf": 300}),
+		series(txStageFamily, "commit", 0.2, 100, map[string]float64{"0.001": 50, "0.01": 100, "0.1": 100, "+Inf": 100}),
+		series(txStageFamily, "read", 3, 10, map[string]float64{"0.001": 0, "0.01": 0, "0.1": 9, "+Inf": 10}),
+	)
+	got := stageTimes(after, before)
+	lane := got["lane"]
+	if lane.Count != 200 || math.Abs(lane.MeanMs-20) > 1e-9 {
+		t.Fatalf("lane: %+v, want 200 observations, mean 20 ms", lane)
+	}
+	// rank 198 of 200: the second bucket (10, 100] ms holds ranks 101–200.
+	if want := 10 + 90*(198.0-100)/100; math.Abs(lane.P99Ms-want) > 1e-9 {
+		t.Fatalf("lane p99 %.3f ms, want %.3f", lane.P99Ms, want)
+	}
+	if _, ok := got["commit"]; ok {
+		t.Fatalf("commit: %+v, want none (no transaction since the earlier scrape)", got["commit"])
+	}
+	// From the process's start; the p99 falls in +Inf: the highest finite bound.
+	if r := got["read"]; r.Count != 10 || math.Abs(r.MeanMs-300) > 1e-9 || r.P99Ms != 100 {
+		t.Fatalf("read: %+v, want 10, mean 300 ms, p99 100 ms (the highest finite bound)", r)
+	}
+	if stageTimes(map[string]float64{"pin_consumer_batch_size_count": 3}, nil) != nil {
+		t.Fatal("a binary without the histograms should give no stages")
+	}
+	if line := stageLine(got); line != "waits lane 20 / 98; transaction read 300 / 100" {
+		t.Fatalf("stage line %q", line)
+	}
+}

@@ -166,6 +166,7 @@ func (pr *pacedRun) setFromMetrics(m map[string]float64, maxRun *consumerRun) {
 		pr.MeanBatch = (m["pin_consumer_batch_size_sum"] - maxRun.BatchedEvents) / n
 	}
 	pr.OffsetCommits = storedCommits(m) - maxRun.OffsetCommits
+	pr.Stages = stageTimes(m, maxRun.metrics)
 }
 
 // summarizeSeconds says how the per-second p99s of a paced run compare

@@ -115,9 +115,13 @@ type consumerRun struct {
 	Batches       float64 `json:"batches"`                  // such transactions
 	MeanBatch     float64 `json:"mean_batch_size"`          // batched_events / batches
 	OffsetCommits float64 `json:"offset_commits,omitempty"` // the runtime's commits right after a store that Kafka took (pin_consumer_offset_commits_total{trigger="stored",result="committed"}); absent before 2026-12-01
-	GoSysMiB      float64 `json:"go_sys_mib"`               // memory the Go runtime holds
-	GoHeapMiB     float64 `json:"go_heap_inuse_mib"`        // of which heap in use
-	RSSNowMiB     float64 `json:"rss_mib"`                  // process RSS at that moment
+	// Where a message's time went over the max run (stageTimes); absent
+	// before 2026-12-03 evening.
+	Stages    map[string]stageTime `json:"stages,omitempty"`
+	metrics   map[string]float64   // the scrape after the max run, which the paced run's is diffed against
+	GoSysMiB  float64              `json:"go_sys_mib"`        // memory the Go runtime holds
+	GoHeapMiB float64              `json:"go_heap_inuse_mib"` // of which heap in use
+	RSSNowMiB float64              `json:"rss_mib"`           // process RSS at that moment
 	// Over the max and paced runs together:
 	Outcomes map[string]int `json:"outcomes"`
 	DLQ      int64          `json:"dead_lettered"`
@@ -223,11 +227,12 @@ type pacedRun struct {
 	// run's transactions (pin_consumer_batch_size), to set against the
 	// max run's: a half load in small transactions costs more per event.
 	// Absent before 2026-12-01.
-	ConsumerUsPer float64 `json:"consumer_cpu_us_per_event,omitempty"`
-	PGUsPer       float64 `json:"postgres_cpu_us_per_event,omitempty"`
-	Batches       float64 `json:"batches,omitempty"`
-	MeanBatch     float64 `json:"mean_batch_size,omitempty"`
-	OffsetCommits float64 `json:"offset_commits,omitempty"`
+	ConsumerUsPer float64              `json:"consumer_cpu_us_per_event,omitempty"`
+	PGUsPer       float64              `json:"postgres_cpu_us_per_event,omitempty"`
+	Batches       float64              `json:"batches,omitempty"`
+	MeanBatch     float64              `json:"mean_batch_size,omitempty"`
+	OffsetCommits float64              `json:"offset_commits,omitempty"`
+	Stages        map[string]stageTime `json:"stages,omitempty"` // as the max run's, over the paced run
 	// produce → the event's database commit: the time of the consumer's
 	// outcome log line, written right after the commit.
 	DBp50ms float64 `json:"db_commit_p50_ms"`

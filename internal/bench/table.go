@@ -76,6 +76,12 @@ func (b *benchmark) table(r *serviceResult) {
 		fmt.Fprintf(b.Out, "  paced run: %s batch transactions (mean %.1f events)%s; per event: consumer %.0f µs, PostgreSQL %.0f µs (max run: %.0f, %.0f)\n",
 			thousands(pc.Batches), pc.MeanBatch, commits, pc.ConsumerUsPer, pc.PGUsPer, c.CPUUsPer, c.PGUsPer)
 	}
+	if len(c.Stages) > 0 {
+		fmt.Fprintf(b.Out, "  max run, where the time goes (mean / p99 ms): %s\n", stageLine(c.Stages))
+	}
+	if len(r.Paced.Stages) > 0 {
+		fmt.Fprintf(b.Out, "  paced run, where the time goes (mean / p99 ms): %s\n", stageLine(r.Paced.Stages))
+	}
 	var outs []string
 	for k, v := range c.Outcomes {
 		outs = append(outs, fmt.Sprintf("%s %s", k, thousands(float64(v))))
