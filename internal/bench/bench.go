@@ -604,8 +604,9 @@ func (b *benchmark) maxRun(ctx context.Context, p *devenv.Consumer, logPath stri
 	c.CPU.Paused = pausedBetween(cpu0At, cpu1At)
 	c.CPUUsPer = (cpu1.consumer - cpu0.consumer) / float64(r.Events) * 1e6
 	c.PGUsPer = (cpu1.postgres - cpu0.postgres) / float64(r.Events) * 1e6
-	if rss, ok := peakRSS(pid); ok {
-		c.RSSMiB = float64(rss) / (1 << 20)
+	if st, ok := procStatus(pid); ok {
+		c.RSSMiB = float64(st["VmHWM"]) / (1 << 20)
+		c.RSSAnonMiB, c.RSSFileMiB = float64(st["RssAnon"])/(1<<20), float64(st["RssFile"])/(1<<20)
 	}
 	if m, err := scrapeMetrics(p.Addr); err == nil {
 		c.BatchedEvents, c.Batches = m["pin_consumer_batch_size_sum"], m["pin_consumer_batch_size_count"]

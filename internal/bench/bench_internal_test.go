@@ -416,3 +416,22 @@ func TestStageTimes(t *testing.T) {
 		t.Fatalf("stage line %q", line)
 	}
 }
+
+// procStatus reads the process's memory lines in bytes: the peak, and the
+// RSS split into anonymous memory and files' pages, which add up to it.
+func TestProcStatusSplitsTheRSS(t *testing.T) {
+	st, ok := procStatus(os.Getpid())
+	if !ok {
+		t.Fatal("no /proc/self/status")
+	}
+	if st["VmHWM"] < st["VmRSS"] || st["RssAnon"] <= 0 || st["RssFile"] <= 0 {
+		t.Fatalf("VmHWM %d, VmRSS %d, RssAnon %d, RssFile %d: want a peak at least the RSS, and both parts", st["VmHWM"], st["VmRSS"], st["RssAnon"], st["RssFile"])
+	}
+	if sum := st["RssAnon"] + st["RssFile"] + st["RssShmem"]; sum != st["VmRSS"] {
+		t.Fatalf("RssAnon + RssFile + RssShmem = %d, VmRSS %d", sum, st["VmRSS"])
+	}
+	// The peak only grows between the reads.
+	if peak, ok := peakRSS(os.Getpid()); !ok || peak < st["VmHWM"] {
+		t.Fatalf("peakRSS %d, %v; VmHWM %d", peak, ok, st["VmHWM"])
+	}
+}

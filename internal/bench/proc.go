@@ -20,22 +20,32 @@ const clockTicks = 100
 
 // peakRSS returns VmHWM of pid in bytes.
 func peakRSS(pid int) (int64, bool) {
+	st, ok := procStatus(pid)
+	v, have := st["VmHWM"]
+	return v, ok && have
+}
+
+// procStatus returns the memory sizes of /proc/<pid>/status in bytes
+// (VmHWM, RssAnon, RssFile, …: the lines in kB).
+func procStatus(pid int) (map[string]int64, bool) {
 	f, err := os.Open(filepath.Join("/proc", strconv.Itoa(pid), "status"))
 	if err != nil {
-		return 0, false
+		return nil, false
 	}
 	defer f.Close()
+	out := map[string]int64{}
 	sc := bufio.NewScanner(f)
 	for sc.Scan() {
-		if v, ok := strings.CutPrefix(sc.Text(), "VmHWM:"); ok {
-			fs := strings.Fields(v) // "123456 kB"
-			if len(fs) >= 1 {
-				kb, err := strconv.ParseInt(fs[0], 10, 64)
-				return kb * 1024, err == nil
-			}
+		k, v, ok := strings.Cut(sc.Text(), ":")
+		fs := strings.Fields(v) // "123456 kB"
+		if !ok || len(fs) != 2 || fs[1] != "kB" {
+			continue
+		}
+		if kb, err := strconv.ParseInt(fs[0], 10, 64); err == nil {
+			out[k] = kb * 1024
 		}
 	}
-	return 0, false
+	return out, sc.Err() == nil
 }
 
 // procStat returns the parent pid and the CPU seconds (user + system) of

@@ -92,6 +92,13 @@ type consumerRun struct {
 	PGUsPer       float64 `json:"postgres_cpu_us_per_event"`
 	CPU           cpuUse  `json:"cpu"`
 	RSSMiB        float64 `json:"rss_peak_mib_after_max_run"`
+	// The RSS after the max run in anonymous memory (the heap, stacks,
+	// librdkafka's buffers) and in pages of files (the binary's text and
+	// data: mapped in 2 MiB pages where the page cache holds the file in
+	// large folios, as ext4 does on Linux 6.x, 2 MiB of text counts whole).
+	// Absent before 2026-12-03 evening.
+	RSSAnonMiB float64 `json:"rss_anon_mib_after_max_run,omitempty"`
+	RSSFileMiB float64 `json:"rss_file_mib_after_max_run,omitempty"`
 	// MinBacklog is the fewest produced-but-uncommitted messages seen while
 	// events were still being produced (-1: all were pre-produced).
 	MinBacklog int64 `json:"min_backlog_while_feeding"`

@@ -87,8 +87,12 @@ func (b *benchmark) table(r *serviceResult) {
 		outs = append(outs, fmt.Sprintf("%s %s", k, thousands(float64(v))))
 	}
 	sort.Strings(outs)
-	fmt.Fprintf(b.Out, "  max run: %s of %s events committed in %s batch transactions (mean %.1f); memory after it: RSS %.1f MiB, Go runtime %.1f MiB (heap in use %.1f)\n",
-		thousands(c.BatchedEvents), thousands(float64(r.Events)), thousands(c.Batches), c.MeanBatch, c.RSSNowMiB, c.GoSysMiB, c.GoHeapMiB)
+	split := ""
+	if c.RSSAnonMiB+c.RSSFileMiB > 0 {
+		split = fmt.Sprintf(" (anonymous %.1f, files %.1f)", c.RSSAnonMiB, c.RSSFileMiB)
+	}
+	fmt.Fprintf(b.Out, "  max run: %s of %s events committed in %s batch transactions (mean %.1f); memory after it: RSS %.1f MiB%s, Go runtime %.1f MiB (heap in use %.1f)\n",
+		thousands(c.BatchedEvents), thousands(float64(r.Events)), thousands(c.Batches), c.MeanBatch, c.RSSNowMiB, split, c.GoSysMiB, c.GoHeapMiB)
 	if sc := r.StatementCache; sc.Hits+sc.Misses > 0 {
 		fmt.Fprintf(b.Out, "  statement cache over both runs: %s statements run prepared, %s prepared, %s run unprepared (first sight), %s evicted\n",
 			thousands(sc.Hits), thousands(sc.Misses), thousands(sc.First), thousands(sc.Evicted))
