@@ -3,4 +3,7 @@
 // ent client in ../ent and of the versioned migrations in ../migrate.
 package schema
 
-//go:generate go run ./internal/entc
+// The generator runs without GOEXPERIMENT (the Makefile sets jsonv2 for
+// its builds): under jsonv2 json.RawMessage is an alias of jsontext.Value,
+// and ent would name that type in the generated code.
+//go:generate env GOEXPERIMENT= go run ./internal/entc
