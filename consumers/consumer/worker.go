@@ -291,8 +291,10 @@ func (r *Runtime) dispatch(m *kafka.Message) {
 // is not its message's own (nothing more is fetched for them meanwhile),
 // and resumes paused partitions whose worker waits on nothing and whose
 // queue has room again, seeking back to the first message that was not
-// taken (poll goroutine).
-func (r *Runtime) adjustPauses() {
+// taken (poll goroutine). full reports a partition still paused for a
+// full queue: its worker will make room soon, and the poll loop must look
+// again soon (backPressurePoll).
+func (r *Runtime) adjustPauses() (full bool) {
 	r.mu.Lock()
 	var hold, resume []*worker
 	for _, w := range r.workers {
@@ -302,6 +304,8 @@ func (r *Runtime) adjustPauses() {
 			hold = append(hold, w)
 		case w.paused.Load() && !waiting && len(w.in) <= cap(w.in)/2 && w.roomFor(r.cfg.QueueBytes):
 			resume = append(resume, w)
+		case w.paused.Load() && !waiting:
+			full = true
 		}
 	}
 	r.mu.Unlock()
@@ -331,6 +335,7 @@ func (r *Runtime) adjustPauses() {
 		r.m.paused.Dec()
 		r.log.Debug().Int32("partition", tp.Partition).Int64("offset", int64(tp.Offset)).Msg("partition resumed")
 	}
+	return full
 }
 
 // roomFor reports whether a paused partition's byte budget has room
