@@ -147,11 +147,17 @@ func write(ctx context.Context, tx *ent.Tx, v *view, release bool) error {
 
 // claimSQL updates a transaction's leads with one UPDATE: $1 their ids in
 // id order, $2 updated_at, then, lead by lead, its appends, its newest
-// OccurredAt and the row_version read under the lock (lockLeads).
+// OccurredAt and the row_version read under the lock (lockLeads); $6 the
+// status, Active. The status is an argument, not a literal: with the
+// literal, a plan made while the table's statistics were stale (never
+// analyzed, as after a fresh load) read every Active lead through the
+// partial index of Active pairs and hashed them against the ids (1,000
+// leads for 2 ids: 0.48 ms a call); with the argument the planner cannot
+// take that index, and looks each id up by the primary key (0.06 ms).
 const claimSQL = `UPDATE leads AS l
 SET updated_at = $2, row_version = l.row_version + u.n, last_event_at = GREATEST(l.last_event_at, u.newest)
 FROM unnest($1::uuid[], $3::bigint[], $4::timestamptz[], $5::bigint[]) AS u(id, n, newest, read)
-WHERE l.id = u.id AND l.status = 'Active' AND l.row_version = u.read
+WHERE l.id = u.id AND l.status = $6 AND l.row_version = u.read
 RETURNING l.id`
 
 // claimLeads locks the transaction's leads and updates them (spec step
@@ -187,7 +193,7 @@ func (w *writes) claimLeads(ctx context.Context, tx *ent.Tx, release bool) error
 		newest.Time(bp.newest)
 		reads.Int(bp.version)
 	}
-	rows, err := tx.QueryContext(ctx, claimSQL, consumer.UUIDArray(ids), w.now, &ns, &newest, &reads)
+	rows, err := tx.QueryContext(ctx, claimSQL, consumer.UUIDArray(ids), w.now, &ns, &newest, &reads, StatusActive)
 	if err != nil {
 		return fmt.Errorf("update the transaction's %d leads: %w", len(ids), err)
 	}
