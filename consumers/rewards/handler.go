@@ -14,7 +14,10 @@ import (
 
 // handler holds the business logic of both routes. The runtime owns the
 // transaction, the idempotency mark, the offset, retries and the DLQ.
-type handler struct{ m *metrics }
+type handler struct {
+	m   *metrics
+	lag *syncedLag // the synced_at of each committed write
+}
 
 // bondCreated applies a pin.referral.bond-created: it decides on the
 // bond's row in the view read read and queues the write.
@@ -47,11 +50,13 @@ func (h *handler) bondCreated(ctx context.Context, v *view, m *consumer.Message)
 		}
 		v.queueInsert(newRow(p, at))
 		lf.setApplied(StatusActive)
+		m.AfterCommit(func() { h.lag.applied(at) })
 		return OutcomeCreated, nil
 	case ActionUpdate:
 		row.ReplicaVersion, row.SyncedAt = p.Version, at
 		v.queueUpdate(row)
 		lf.setApplied(Status(row.Status))
+		m.AfterCommit(func() { h.lag.applied(at) })
 		if diffs := immutableDiffs(row, p); len(diffs) > 0 {
 			m.AfterCommit(func() {
 				log.Warn().Func(lf.fields).Strs("differs", diffs).Msg("immutable-field-differs")
@@ -96,6 +101,7 @@ func (h *handler) bondClosed(ctx context.Context, v *view, m *consumer.Message) 
 		row.Status, row.ReplicaVersion, row.SyncedAt = string(p.Status), p.Version, at
 		v.queueUpdate(row)
 		lf.setApplied(p.Status)
+		m.AfterCommit(func() { h.lag.applied(at) })
 		if !p.StatusKnown {
 			m.AfterCommit(func() {
 				h.m.unknownStatus.Inc()

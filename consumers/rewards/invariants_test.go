@@ -135,7 +135,7 @@ func TestActiveConflictLeavesTransactionUsable(t *testing.T) {
 	ctx := context.Background()
 	user := uuid.New()
 	a, b := newBond(user), newBond(user)
-	h := &handler{m: newMetrics(prometheus.NewRegistry())}
+	h := &handler{m: newMetrics(prometheus.NewRegistry()), lag: newSyncedLag()}
 	msgs := []*consumer.Message{
 		message(t, created(a, 1, baseTime)), message(t, created(b, 1, baseTime)),
 		message(t, replaced(a, b, 2, baseTime)), message(t, created(b, 1, baseTime)),
@@ -188,7 +188,7 @@ func TestConcurrentCreateOfSameBondIsDecidedAgain(t *testing.T) {
 	client, db, _ := pgtest.NewClient(t)
 	ctx := context.Background()
 	b := newBond(uuid.New())
-	h := &handler{m: newMetrics(prometheus.NewRegistry())}
+	h := &handler{m: newMetrics(prometheus.NewRegistry()), lag: newSyncedLag()}
 	ev := created(b, 1, baseTime)
 
 	first, err := client.Tx(ctx)

@@ -59,7 +59,7 @@ const (
 // it keeps referral_bond_replicas in step with the referral service. Its
 // own metrics are registered on reg.
 func New(reg prometheus.Registerer) consumer.Service {
-	h := &handler{m: newMetrics(reg)}
+	h := &handler{m: newMetrics(reg), lag: newSyncedLag()}
 	return consumer.Service{
 		Name:            "rewards",
 		Topic:           Topic,
@@ -88,7 +88,7 @@ func New(reg prometheus.Registerer) consumer.Service {
 			DLQ:              MetricDLQ,
 			ContractMismatch: MetricContractMismatch,
 			Lag:              MetricLagSeconds,
-			LagSource:        lastSyncedAt,
+			LagSource:        h.lag.source,
 		},
 		Gauges: []consumer.PeriodicGauge{bondReplicas()},
 	}
