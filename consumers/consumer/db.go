@@ -203,10 +203,15 @@ func (c *textJSONConn) CheckNamedValue(nv *driver.NamedValue) error {
 	return c.pc.CheckNamedValue(nv)
 }
 
+// PlanSettings are the planner settings of every transaction of messages
+// (BeginTx below): its prepared statements run the plan made once per
+// connection, and its plans read tables by index. Tests of a statement's
+// plan run it under them.
+const PlanSettings = "SET LOCAL plan_cache_mode = force_generic_plan; SET LOCAL enable_seqscan = off"
+
 // beginPlans begins a transaction as lib/pq does (READ WRITE: a standby
-// refuses it at once) whose prepared statements run the plan made once
-// per connection, and whose plans read tables by index.
-const beginPlans = "BEGIN READ WRITE; SET LOCAL plan_cache_mode = force_generic_plan; SET LOCAL enable_seqscan = off"
+// refuses it at once) under PlanSettings.
+const beginPlans = "BEGIN READ WRITE; " + PlanSettings
 
 // BeginTx begins a transaction. With the statement cache on, it sets two
 // planner settings in the BEGIN's own round trip, for the transaction

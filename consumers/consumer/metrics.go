@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"strconv"
-	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -43,7 +42,7 @@ type metrics struct {
 	specMismatch  prometheus.Counter
 	specDupes     prometheus.Counter
 	specRetries   *prometheus.CounterVec
-	lastEventTime atomic.Int64 // unix nanos of the newest CreatedAt processed
+	lastEventTime Latest // the newest CreatedAt processed
 }
 
 // held is what the partitions' messages hold in memory now, in bytes
@@ -187,11 +186,11 @@ func newMetrics(reg prometheus.Registerer, svc Service, lagSource func(context.C
 				}
 				t = v
 			} else {
-				n := m.lastEventTime.Load()
-				if n == 0 {
+				v, ok := m.lastEventTime.Load()
+				if !ok {
 					return 0
 				}
-				t = time.Unix(0, n)
+				t = v
 			}
 			return max(0, time.Since(t).Seconds()) // an event time ahead of the clock is no lag
 		}))
@@ -344,18 +343,7 @@ func (m *metrics) mismatch() {
 	}
 }
 
-func (m *metrics) eventTime(t time.Time) {
-	if t.IsZero() {
-		return
-	}
-	n := t.UnixNano()
-	for {
-		old := m.lastEventTime.Load()
-		if n <= old || m.lastEventTime.CompareAndSwap(old, n) {
-			return
-		}
-	}
-}
+func (m *metrics) eventTime(t time.Time) { m.lastEventTime.Observe(t) }
 
 // stats reads consumer_lag per partition from librdkafka's statistics JSON.
 // stats records the lag from librdkafka's statistics and returns its

@@ -67,7 +67,10 @@ type SpecMetrics struct {
 	Retries          string // counter of retries, labels "class", "code"
 	Lag              string // gauge, seconds; see LagSource
 	// LagSource gives the event time the lag is measured from. Nil: the
-	// CreatedAt of the last message processed.
+	// CreatedAt of the last message processed. It runs on every scrape of
+	// /metrics, under a 2 s timeout (past which the gauge reads 0): it must
+	// answer from memory, not scan a table (rewards' reads its table once,
+	// then follows its own writes).
 	LagSource func(ctx context.Context, client *ent.Client) (time.Time, bool, error)
 }
 

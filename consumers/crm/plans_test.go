@@ -8,6 +8,8 @@ import (
 	"testing"
 
 	"github.com/google/uuid"
+
+	"github.com/pin-platform/pin/consumers/consumer"
 )
 
 // The leads' update (claimSQL) looks each lead up by key, whatever the
@@ -42,37 +44,33 @@ func TestTheLeadsUpdateReadsOnlyItsLeads(t *testing.T) {
 	if err := rows.Err(); err != nil {
 		t.Fatal(err)
 	}
-	read := leadRowsRead(t, h.DB,
-		"PREPARE claim_plan(uuid[], timestamptz, bigint[], timestamptz[], bigint[], text) AS "+claimSQL,
-		fmt.Sprintf("EXECUTE claim_plan('{%s,%s}', now(), '{1,1}', ARRAY[now(), now()], '{0,0}', 'Active')", ids[0], ids[1]))
+	read, plan := leadRowsRead(t, h.DB, "claim_plan", "uuid[], timestamptz, bigint[], timestamptz[], bigint[], text", claimSQL,
+		fmt.Sprintf("'{%s,%s}', now(), '{1,1}', ARRAY[now(), now()], '{0,0}', 'Active'", ids[0], ids[1]))
 	if read > 2 {
-		t.Fatalf("the generic plan read %d lead rows to update 2", read)
+		t.Fatalf("the generic plan read %d lead rows to update 2: %s", read, plan)
 	}
 }
 
-// leadRowsRead runs a prepared statement's generic plan under the
-// runtime's settings (consumer.OpenDB's BEGIN) in a transaction it rolls
-// back, and returns the rows its scans of leads read, those their
-// filters removed included.
-func leadRowsRead(t *testing.T, db *sql.DB, prepare, execute string) int {
+// leadRowsRead prepares statement as name(params) and runs its generic
+// plan with args under the runtime's planner settings, in a transaction it
+// rolls back. It returns the rows its scans of leads read (those their
+// filters removed included) and the plan.
+func leadRowsRead(t *testing.T, db *sql.DB, name, params, statement, args string) (int, string) {
 	t.Helper()
 	tx, err := db.Begin()
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer func() { _ = tx.Rollback() }() // a rolled-back check: nothing to keep
-	// A prepared statement outlives the transaction: it goes with it.
-	name := strings.Fields(prepare)[1]
-	name = name[:strings.IndexByte(name, '(')]
-	defer func() { _, _ = tx.Exec("DEALLOCATE " + name) }()
-	if _, err := tx.Exec(`SET LOCAL plan_cache_mode = force_generic_plan; SET LOCAL enable_seqscan = off`); err != nil {
+	defer func() { _ = tx.Rollback() }()                    // a rolled-back check: nothing to keep
+	defer func() { _, _ = tx.Exec("DEALLOCATE " + name) }() // a prepared statement outlives its transaction
+	if _, err := tx.Exec(consumer.PlanSettings); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := tx.Exec(prepare); err != nil {
+	if _, err := tx.Exec("PREPARE " + name + "(" + params + ") AS " + statement); err != nil {
 		t.Fatal(err)
 	}
 	var out string
-	if err := tx.QueryRow(`EXPLAIN (ANALYZE, FORMAT JSON) ` + execute).Scan(&out); err != nil {
+	if err := tx.QueryRow("EXPLAIN (ANALYZE, FORMAT JSON) EXECUTE " + name + "(" + args + ")").Scan(&out); err != nil {
 		t.Fatal(err)
 	}
 	var plan []struct {
@@ -95,10 +93,7 @@ func leadRowsRead(t *testing.T, db *sql.DB, prepare, execute string) int {
 	if read == 0 {
 		t.Fatalf("the plan reads no lead: %s", out)
 	}
-	if read > 2 {
-		t.Logf("plan: %s", out)
-	}
-	return int(read)
+	return int(read), out
 }
 
 type planNode struct {

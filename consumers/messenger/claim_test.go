@@ -9,6 +9,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/pin-platform/pin/consumers/consumer"
 	"github.com/pin-platform/pin/consumers/consumer/consumertest"
 	"github.com/pin-platform/pin/consumers/kafkatest"
 	"github.com/pin-platform/pin/consumers/servicetest"
@@ -28,7 +29,7 @@ func TestTheChatsClaimLocksThemAllBeforeItUpdates(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer func() { _ = tx.Rollback() }() // a rolled-back read: nothing to keep
-	if _, err := tx.Exec(`SET LOCAL plan_cache_mode = force_generic_plan; SET LOCAL enable_seqscan = off`); err != nil {
+	if _, err := tx.Exec(consumer.PlanSettings); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := tx.Exec(`PREPARE claim_shape(uuid[], bigint[], bigint[], bigint[]) AS ` + claimSQL); err != nil {

@@ -121,8 +121,8 @@ func bondReplicas() consumer.PeriodicGauge {
 // while others write, which the table's max hid (the alert takes the max
 // over instances).
 type syncedLag struct {
-	newest  atomic.Int64 // unix nanos; 0: nothing known yet
-	seeding atomic.Bool  // a seed runs, or has succeeded
+	newest  consumer.Latest
+	seeding atomic.Bool // a seed runs, or has succeeded
 	seeded  atomic.Bool
 	// seedTimeout bounds the one read of max(synced_at).
 	seedTimeout time.Duration
@@ -131,15 +131,7 @@ type syncedLag struct {
 func newSyncedLag() *syncedLag { return &syncedLag{seedTimeout: time.Minute} }
 
 // applied records the synced_at of a committed write.
-func (l *syncedLag) applied(at time.Time) {
-	n := at.UnixNano()
-	for {
-		old := l.newest.Load()
-		if n <= old || l.newest.CompareAndSwap(old, n) {
-			return
-		}
-	}
-}
+func (l *syncedLag) applied(at time.Time) { l.newest.Observe(at) }
 
 // source is the consumer.SpecMetrics LagSource: the newest synced_at known,
 // ok false while none is (an empty replica, or the seed not read yet). The
@@ -148,11 +140,8 @@ func (l *syncedLag) source(_ context.Context, client *ent.Client) (time.Time, bo
 	if !l.seeded.Load() && l.seeding.CompareAndSwap(false, true) {
 		go l.seed(client)
 	}
-	n := l.newest.Load()
-	if n == 0 {
-		return time.Time{}, false, nil
-	}
-	return time.Unix(0, n), true, nil
+	t, ok := l.newest.Load()
+	return t, ok, nil
 }
 
 func (l *syncedLag) seed(client *ent.Client) {
