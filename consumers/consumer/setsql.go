@@ -395,6 +395,14 @@ func Unnest(b *sql.Builder, cols []Column) {
 func InsertRows(table string, cols []Column, tail string) (string, []any) {
 	var b sql.Builder
 	b.SetDialect(dialect.Postgres)
+	WriteInsertRows(&b, table, cols, tail)
+	return b.Query()
+}
+
+// WriteInsertRows writes InsertRows' statement into b, numbering its
+// arguments after b's: one part of a larger statement (a data-modifying
+// WITH item).
+func WriteInsertRows(b *sql.Builder, table string, cols []Column, tail string) {
 	b.WriteString("INSERT INTO ").Ident(table).WriteString(" (")
 	for i, c := range cols {
 		if i > 0 {
@@ -413,11 +421,10 @@ func InsertRows(table string, cols []Column, tail string) (string, []any) {
 		}
 	}
 	b.WriteString(" FROM ")
-	Unnest(&b, cols)
+	Unnest(b, cols)
 	if tail != "" {
 		b.WriteString(" " + strings.TrimSpace(tail))
 	}
-	return b.Query()
 }
 
 // SortedIDs returns the keys of m in byte order: the order in which a batch

@@ -6,6 +6,8 @@ import (
 	"maps"
 	"time"
 
+	"entgo.io/ent/dialect"
+	"entgo.io/ent/dialect/sql"
 	"github.com/google/uuid"
 	"github.com/rs/zerolog"
 
@@ -137,27 +139,76 @@ type queuedFact struct {
 	f                 fact
 }
 
-// write is the service's Write: it writes what the transaction queued, a
-// statement per kind, each of one text whatever the number of rows
-// (consumer.InsertRows): it claims the chats (claimChats, one conditional
-// UPDATE), then writes the new and changed member rows (one upsert), the
-// feed facts, the chat_updates rows, and one pg_notify per row (one
-// SELECT). With the chats claimed nobody else writes their members
-// meanwhile; any other surprise fails the transaction, whose messages the
-// runtime then runs again in smaller transactions.
+// write is the service's Write: it writes what the transaction queued, in
+// two round trips whatever the number of rows (each part of one text,
+// consumer.InsertRows): it claims the chats (claimChats, one conditional
+// UPDATE), then, in one statement (rowsSQL), upserts the new and changed
+// member rows, inserts the feed facts and the chat_updates rows, and
+// queues one pg_notify per chat_updates row. With the chats claimed
+// nobody else writes their members meanwhile; any other surprise fails
+// the transaction, whose messages the runtime then runs again in smaller
+// transactions.
 func write(ctx context.Context, tx *ent.Tx, v *view) error {
 	w := &v.writes
 	if err := w.claimChats(ctx, tx); err != nil {
 		return err
 	}
+	q, args := w.rowsSQL()
+	if q == "" {
+		return nil
+	}
+	if _, err := tx.ExecContext(ctx, q, args...); err != nil {
+		return fmt.Errorf("write the transaction's %d member rows, %d feed facts and %d chat_updates rows: %w",
+			len(w.inserts)+len(w.updates), len(w.events), len(w.pushes), err)
+	}
+	return nil
+}
+
+// rowsSQL is the statement that writes the transaction's rows after the
+// claim, or "" for none: each kind of row a data-modifying WITH item,
+// which PostgreSQL runs to completion whether or not the query reads it,
+// and the pg_notify calls the query itself, one per chat_updates row in
+// their order:
+//
+//	WITH members AS (INSERT INTO chat_participants … ON CONFLICT (id) DO UPDATE …),
+//	     facts AS (INSERT INTO chat_events …),
+//	     pushes AS (INSERT INTO chat_updates …)
+//	SELECT pg_notify('chat_updates', u.id) FROM unnest($n::text[]) WITH ORDINALITY AS u(id, n) ORDER BY u.n
+//
+// One round trip where a statement per kind took four: a transaction far
+// from its database waits for each. An item of no rows is left out; the
+// foreign-key checks of the three inserts run at the statement's end.
+//
+// The member rows, new and changed, are one upsert on the primary key, in
+// id order: a changed row conflicts on its id and takes the new role,
+// joined_at and removed_at; a new one is inserted (and a second row for a
+// (chat, user) pair fails the unique index, and the transaction, as a
+// plain INSERT would). Member rows are never deleted (removal is soft,
+// MSG-5); one deleted by hand meanwhile would be written back as the view
+// sees it.
+//
+// Realtime, persist-then-push: the outbox rows are written with the
+// change, and pg_notify queues "chat_updates" with each id, in order.
+// PostgreSQL delivers a notification only when its transaction commits,
+// and drops it when the transaction (or the savepoint it was queued
+// under, as in the runtime's re-drive of parked messages) rolls back:
+// listeners are never told about a change that is not in the database,
+// and the row stays for a pusher that was not listening (pushed_at IS
+// NULL).
+func (w *writes) rowsSQL() (string, []any) {
+	var b sql.Builder
+	b.SetDialect(dialect.Postgres)
+	items := 0
+	item := func(name string) {
+		if items == 0 {
+			b.WriteString("WITH ")
+		} else {
+			b.WriteString(", ")
+		}
+		items++
+		b.WriteString(name + " AS (")
+	}
 	if len(w.inserts)+len(w.updates) > 0 {
-		// New and changed member rows in one upsert on the primary key,
-		// in id order: a changed row conflicts on its id and takes the new
-		// role, joined_at and removed_at; a new one is inserted (and a
-		// second row for a (chat, user) pair fails the unique index, and
-		// the transaction, as a plain INSERT would). Member rows are never
-		// deleted (removal is soft, MSG-5); one deleted by hand meanwhile
-		// would be written back as the view sees it.
 		rows := make(map[uuid.UUID]*ent.ChatParticipant, len(w.inserts)+len(w.updates))
 		maps.Copy(rows, w.inserts)
 		maps.Copy(rows, w.updates)
@@ -175,7 +226,8 @@ func write(ctx context.Context, tx *ent.Tx, v *view) error {
 				removed.Null()
 			}
 		}
-		q, args := consumer.InsertRows(chatparticipant.Table, []consumer.Column{
+		item("members")
+		consumer.WriteInsertRows(&b, chatparticipant.Table, []consumer.Column{
 			{Name: chatparticipant.FieldID, Type: "uuid", Values: &ids},
 			{Name: chatparticipant.FieldChatID, Type: "uuid", Values: &chats},
 			{Name: chatparticipant.FieldUserID, Type: "uuid", Values: &users},
@@ -183,9 +235,7 @@ func write(ctx context.Context, tx *ent.Tx, v *view) error {
 			{Name: chatparticipant.FieldJoinedAt, Type: "timestamptz", Values: &joined},
 			{Name: chatparticipant.FieldRemovedAt, Type: "timestamptz", Values: &removed},
 		}, `ON CONFLICT (id) DO UPDATE SET role = excluded.role, joined_at = excluded.joined_at, removed_at = excluded.removed_at`)
-		if _, err := tx.ExecContext(ctx, q, args...); err != nil {
-			return fmt.Errorf("write the transaction's %d member rows: %w", len(rows), err)
-		}
+		b.WriteString(")")
 	}
 	if len(w.events) > 0 {
 		var ids, chats, types, users, roles, previous, occurred, sources, created consumer.Array
@@ -212,7 +262,8 @@ func write(ctx context.Context, tx *ent.Tx, v *view) error {
 			occurred.Time(q.at)
 			sources.UUID(q.messageID)
 		}
-		q, args := consumer.InsertRows(chatevent.Table, []consumer.Column{
+		item("facts")
+		consumer.WriteInsertRows(&b, chatevent.Table, []consumer.Column{
 			{Name: chatevent.FieldID, Type: "uuid", Values: &ids},
 			{Name: chatevent.FieldChatID, Type: "uuid", Values: &chats},
 			{Name: chatevent.FieldType, Type: "text", Values: &types},
@@ -223,9 +274,7 @@ func write(ctx context.Context, tx *ent.Tx, v *view) error {
 			{Name: chatevent.FieldSourceMessageID, Type: "uuid", Values: &sources},
 			{Name: chatevent.FieldCreatedAt, Type: "timestamptz", Values: &created},
 		}, "")
-		if _, err := tx.ExecContext(ctx, q, args...); err != nil {
-			return fmt.Errorf("write the transaction's %d feed facts: %w", len(w.events), err)
-		}
+		b.WriteString(")")
 	}
 	if len(w.pushes) > 0 {
 		var ids, chats, created, recipients, revoked consumer.Array
@@ -236,34 +285,30 @@ func write(ctx context.Context, tx *ent.Tx, v *view) error {
 			recipients.UUIDs(p.recipients)
 			revoked.UUIDs(p.revoked)
 		}
-		q, args := consumer.InsertRows(chatpush.Table, []consumer.Column{
+		item("pushes")
+		consumer.WriteInsertRows(&b, chatpush.Table, []consumer.Column{
 			{Name: chatpush.FieldID, Type: "uuid", Values: &ids},
 			{Name: chatpush.FieldChatID, Type: "uuid", Values: &chats},
 			{Name: chatpush.FieldCreatedAt, Type: "timestamptz", Values: &created},
 			{Name: chatpush.FieldRecipientUserIds, Type: "text", Cast: "uuid[]", Values: &recipients},
 			{Name: chatpush.FieldRevokedUserIds, Type: "text", Cast: "uuid[]", Values: &revoked},
 		}, "")
-		if _, err := tx.ExecContext(ctx, q, args...); err != nil {
-			return fmt.Errorf("write the transaction's %d chat_updates rows: %w", len(w.pushes), err)
-		}
-		// Realtime, persist-then-push: the outbox rows are written with
-		// the change, and pg_notify queues "chat_updates" with each id, in
-		// order. PostgreSQL delivers a notification only when its
-		// transaction commits, and drops it when the transaction (or the
-		// savepoint it was queued under, as in the runtime's re-drive of
-		// parked messages) rolls back: listeners are never told about a
-		// change that is not in the database, and the row stays for a
-		// pusher that was not listening (pushed_at IS NULL).
-		var notify consumer.Array
-		for _, id := range w.notify {
-			notify.Text(id)
-		}
-		if _, err := tx.ExecContext(ctx, `SELECT pg_notify('chat_updates', id) FROM unnest($1::text[]) WITH ORDINALITY AS u(id, n) ORDER BY n`,
-			&notify); err != nil {
-			return fmt.Errorf("notify chat_updates: %w", err)
-		}
+		b.WriteString(")")
 	}
-	return nil
+	if items == 0 {
+		return "", nil
+	}
+	if len(w.notify) == 0 {
+		b.WriteString(" SELECT 1")
+		return b.Query()
+	}
+	var notify consumer.Array
+	for _, id := range w.notify {
+		notify.Text(id)
+	}
+	b.WriteString(" SELECT pg_notify('chat_updates', u.id) FROM unnest(").Arg(&notify).
+		WriteString("::text[]) WITH ORDINALITY AS u(id, n) ORDER BY u.n")
+	return b.Query()
 }
 
 // claimSQL writes every chat of a transaction with one conditional UPDATE:
