@@ -19,7 +19,8 @@ import (
 )
 
 // writes are the writes a transaction's handlers queued on its view, after
-// claiming a chat; write makes them, a statement per kind.
+// claiming a chat; write makes them in two statements: the claim, then
+// the rows (rowsSQL).
 type writes struct {
 	claims     map[uuid.UUID]*claim               // the chats the transaction writes, by id
 	inserts    map[uuid.UUID]*ent.ChatParticipant // new member rows, by id

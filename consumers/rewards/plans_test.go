@@ -13,6 +13,8 @@ import (
 
 	"github.com/pin-platform/pin/consumers/consumer"
 	"github.com/pin-platform/pin/consumers/consumer/consumertest"
+	"github.com/pin-platform/pin/consumers/kafkatest"
+	"github.com/pin-platform/pin/consumers/servicetest"
 	"github.com/pin-platform/pin/ent"
 )
 
@@ -78,7 +80,63 @@ func TestTheBondsReadLooksItsRowsUp(t *testing.T) {
 	if read > 8 {
 		t.Fatalf("the generic plan read %d bond rows to lock 4: %s", read, plan)
 	}
-	if !strings.Contains(plan, `"Actual Rows": 4`) {
-		t.Fatalf("the read did not lock the 4 rows: %s", plan)
+	var top []struct {
+		Plan struct {
+			Rows float64 `json:"Actual Rows"`
+		} `json:"Plan"`
+	}
+	if err := json.Unmarshal([]byte(plan), &top); err != nil || len(top) != 1 {
+		t.Fatalf("EXPLAIN's JSON: %v", err)
+	}
+	if top[0].Plan.Rows != 4 {
+		t.Fatalf("the read locked %v rows, want the 2 bonds and the 2 users' Active bonds: %s", top[0].Plan.Rows, plan)
+	}
+}
+
+// A read that waits on the lock of its referred user's Active bond, which
+// another transaction closes meanwhile, gets that bond as it is now:
+// lockedRows takes the user's Active bonds from the statement's snapshot,
+// so the row stays in the view, Revoked, where the former condition's
+// re-check dropped it. The single-active check looks at Active rows only,
+// and the new bond is created.
+func TestAReadWaitingOnABondThatClosesCreatesTheNewOne(t *testing.T) {
+	e := newEnv(t) // parallel
+	referred := uuid.New()
+	old, next := newBond(referred), newBond(referred)
+	e.Exec(`INSERT INTO referral_bond_replicas (bond_id, referred_user_id, referrer_user_id, status, bound_at, replica_version, synced_at)
+		VALUES ($1, $2, $3, 'Active', $4, 1, now())`, old.ID, old.Referred, old.Referrer, old.BoundAt)
+	e.start()
+
+	holder, err := e.DB.Begin()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = holder.Rollback() }()
+	if _, err := holder.Exec(`SELECT 1 FROM referral_bond_replicas WHERE bond_id = $1 FOR UPDATE`, old.ID); err != nil {
+		t.Fatal(err)
+	}
+	ev := created(next, 1, baseTime)
+	e.produce(ev)
+	kafkatest.Eventually(t, servicetest.Wait, func() bool { // the consumer's read waits for the old bond
+		var n int
+		err := e.DB.QueryRow(`SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()
+			AND wait_event_type = 'Lock' AND query LIKE '%FOR UPDATE%'`).Scan(&n)
+		return err == nil && n > 0
+	}, "the consumer's read waiting for the old bond's lock")
+	if _, err := holder.Exec(`UPDATE referral_bond_replicas SET status = 'Revoked', replica_version = 2 WHERE bond_id = $1`, old.ID); err != nil {
+		t.Fatal(err)
+	}
+	if err := holder.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	e.waitCommitted()
+	if got := e.outcome(ev); got != string(OutcomeCreated) {
+		t.Fatalf("outcome %q, want %q", got, OutcomeCreated)
+	}
+	if r := e.row(next.ID); r == nil || r.Status != string(StatusActive) {
+		t.Fatalf("the new bond: %+v, want Active", r)
+	}
+	if n := e.activeCount(referred); n != 1 {
+		t.Fatalf("%d Active bonds of the referred user, want 1", n)
 	}
 }

@@ -664,28 +664,32 @@ func (b *benchmark) outcomes(ctx context.Context, t demo.Topic, w *offsetWatcher
 }
 
 // settle leaves the database with no maintenance owed before a consumer's
-// max run: VACUUM (ANALYZE) of every table that has rows, then a
-// CHECKPOINT. Without it autovacuum worked off the previous consumers'
+// max run: VACUUM (ANALYZE) of every table with rows (live or dead), then
+// a CHECKPOINT. Without it autovacuum worked off the previous consumers'
 // writes during the next one's runs: in one run of the three, during
 // crm's paced run it vacuumed messenger's tables, rewards' bonds (47 MB of
 // WAL, 7,554 full pages) and the marks (735,000 rows), and crm's p99 was
 // 133 ms against 60 alone, the per-second p99 rising as the vacuum went
 // on. A consumer is charged with the maintenance of its own writes only,
-// whatever the order of the runs. An empty table is left alone: analyzed
-// empty, the next consumer's connections would plan its statements for
-// an empty table (one of rewards' reads scanned the whole replica so
-// until it was rewritten), a state production knows only for the minute
-// before autovacuum's first ANALYZE.
+// whatever the order of the runs. A table that never had rows is left
+// alone: analyzed empty, the next consumer's connections would plan their
+// statements for an empty table (one of rewards' reads then scanned the
+// whole replica, until it was rewritten), a state production knows only
+// for the minutes before autovacuum's first ANALYZE.
 func (b *benchmark) settle(ctx context.Context) error {
-	rows, err := b.db.QueryContext(ctx, `SELECT format('%I.%I', schemaname, tablename) FROM pg_tables
-		WHERE schemaname NOT IN ('pg_catalog', 'information_schema')`)
+	rows, err := b.db.QueryContext(ctx, `SELECT format('%I.%I', schemaname, tablename), format('%I.%I', schemaname, tablename)::regclass::oid FROM pg_tables
+		WHERE schemaname NOT IN ('pg_catalog', 'information_schema') AND schemaname NOT LIKE 'pg\_temp%'`)
 	if err != nil {
 		return fmt.Errorf("settle the database before the run: %w", err)
 	}
-	var tables []string
+	type table struct {
+		name string
+		oid  int64
+	}
+	var tables []table
 	for rows.Next() {
-		var t string
-		if err := rows.Scan(&t); err != nil {
+		var t table
+		if err := rows.Scan(&t.name, &t.oid); err != nil {
 			rows.Close()
 			return fmt.Errorf("settle the database before the run: %w", err)
 		}
@@ -696,15 +700,17 @@ func (b *benchmark) settle(ctx context.Context) error {
 		return fmt.Errorf("settle the database before the run: %w", err)
 	}
 	for _, t := range tables {
+		// Rows, or dead ones to vacuum (a table emptied by deletes).
 		var has bool
-		if err := b.db.QueryRowContext(ctx, `SELECT EXISTS (SELECT FROM `+t+`)`).Scan(&has); err != nil {
-			return fmt.Errorf("settle the database before the run: %s: %w", t, err)
+		if err := b.db.QueryRowContext(ctx, `SELECT EXISTS (SELECT FROM `+t.name+`) OR
+			coalesce((SELECT n_dead_tup > 0 FROM pg_stat_all_tables WHERE relid = $1), false)`, t.oid).Scan(&has); err != nil {
+			return fmt.Errorf("settle the database before the run: %s: %w", t.name, err)
 		}
 		if !has {
 			continue
 		}
-		if _, err := b.db.ExecContext(ctx, `VACUUM (ANALYZE) `+t); err != nil {
-			return fmt.Errorf("settle the database before the run: VACUUM %s: %w", t, err)
+		if _, err := b.db.ExecContext(ctx, `VACUUM (ANALYZE) `+t.name); err != nil {
+			return fmt.Errorf("settle the database before the run: VACUUM %s: %w", t.name, err)
 		}
 	}
 	if _, err := b.db.ExecContext(ctx, `CHECKPOINT`); err != nil {
