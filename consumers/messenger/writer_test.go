@@ -2,18 +2,13 @@ package messenger
 
 import (
 	"context"
-	"fmt"
 	"strings"
-	"sync"
 	"testing"
 
-	"entgo.io/ent/dialect"
-	entsql "entgo.io/ent/dialect/sql"
 	"github.com/google/uuid"
 
 	"github.com/pin-platform/pin/consumers/consumer"
 	"github.com/pin-platform/pin/consumers/consumer/consumertest"
-	"github.com/pin-platform/pin/ent"
 )
 
 // A transaction's writes take two round trips whatever they hold: the
@@ -27,17 +22,7 @@ func TestATransactionsWritesTakeTwoStatements(t *testing.T) {
 	e := newEnv(t, consumertest.Options{})
 	ctx := context.Background()
 
-	var mu sync.Mutex
-	var stmts []string
-	capturing := false
-	drv := dialect.DebugWithContext(entsql.OpenDB(dialect.Postgres, e.DB), func(_ context.Context, v ...any) {
-		mu.Lock()
-		defer mu.Unlock()
-		if capturing {
-			stmts = append(stmts, fmt.Sprint(v...))
-		}
-	})
-	client := ent.NewClient(ent.Driver(drv))
+	client, sent := consumertest.NewStatementsClient(e.DB)
 
 	leads := []uuid.UUID{uuid.New(), uuid.New()}
 	users := []uuid.UUID{uuid.New(), uuid.New()}
@@ -63,16 +48,11 @@ func TestATransactionsWritesTakeTwoStatements(t *testing.T) {
 			t.Fatalf("handle: %v, %v", out, err)
 		}
 	}
-	mu.Lock()
-	capturing = true
-	mu.Unlock()
+	sent.Start()
 	if err := write(ctx, tx, v); err != nil {
 		t.Fatal(err)
 	}
-	mu.Lock()
-	capturing = false
-	got := stmts
-	mu.Unlock()
+	got := sent.Stop()
 	if len(got) != 2 {
 		t.Fatalf("the writes took %d statements, want 2 (the claim, the rows):\n%s", len(got), strings.Join(got, "\n"))
 	}

@@ -7,15 +7,12 @@ import (
 	"strings"
 	"testing"
 
-	"entgo.io/ent/dialect"
-	entsql "entgo.io/ent/dialect/sql"
 	"github.com/google/uuid"
 
 	"github.com/pin-platform/pin/consumers/consumer"
 	"github.com/pin-platform/pin/consumers/consumer/consumertest"
 	"github.com/pin-platform/pin/consumers/kafkatest"
 	"github.com/pin-platform/pin/consumers/servicetest"
-	"github.com/pin-platform/pin/ent"
 )
 
 // The bonds' read (read, lockedRows) looks its rows up whatever the
@@ -35,15 +32,9 @@ func TestTheBondsReadLooksItsRowsUp(t *testing.T) {
 	users := []uuid.UUID{uuid.New(), uuid.New(), uuid.New(), uuid.New()}
 
 	// The statement read sends for bonds 0 and 1 of users 2 and 3.
-	var query string
-	drv := dialect.DebugWithContext(entsql.OpenDB(dialect.Postgres, e.DB), func(_ context.Context, v ...any) {
-		s := fmt.Sprint(v...)
-		if q, _, ok := strings.Cut(s, " args="); ok && strings.Contains(q, "FOR UPDATE") {
-			_, query, _ = strings.Cut(q, "query=")
-		}
-	})
+	client, sent := consumertest.NewStatementsClient(e.DB)
 	ctx := context.Background()
-	tx, err := ent.NewClient(ent.Driver(drv)).Tx(ctx)
+	tx, err := client.Tx(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -57,15 +48,18 @@ func TestTheBondsReadLooksItsRowsUp(t *testing.T) {
 		msgs = append(msgs, &consumer.Message{Envelope: consumer.Envelope{MessageID: uuid.New(), EventType: EventTypeBondCreated,
 			ContractVersion: 1, Payload: payload}, Topic: Topic})
 	}
+	sent.Start()
 	if _, err := read(ctx, tx, msgs); err != nil {
 		t.Fatal(err)
 	}
+	reads := sent.Stop()
 	if err := tx.Rollback(); err != nil {
 		t.Fatal(err)
 	}
-	if query == "" {
-		t.Fatal("read sent no FOR UPDATE statement")
+	if len(reads) != 1 || !strings.Contains(reads[0], "FOR UPDATE") {
+		t.Fatalf("read sent %q, want one FOR UPDATE statement", reads)
 	}
+	query := reads[0]
 
 	// Planned on the empty table; then 1,000 Active bonds, and the 4.
 	var values []string
