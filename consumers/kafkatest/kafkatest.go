@@ -15,6 +15,7 @@ package kafkatest
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sort"
 	"testing"
@@ -242,10 +243,7 @@ func (c *Cluster) ReadAll(t testing.TB, topic string, want int, timeout time.Dur
 		t.Fatalf("kafkatest: reader: %v", err)
 	}
 	defer cons.Close()
-	md, err := cons.GetMetadata(&topic, false, 5000)
-	if err != nil {
-		t.Fatalf("kafkatest: metadata of %s: %v", topic, err)
-	}
+	md := topicMetadata(t, cons, topic)
 	var tps []kafka.TopicPartition
 	for _, p := range md.Topics[topic].Partitions {
 		tps = append(tps, kafka.TopicPartition{Topic: &topic, Partition: p.ID, Offset: kafka.OffsetBeginning})
@@ -272,10 +270,7 @@ func (c *Cluster) Count(t testing.TB, topic string) int {
 		t.Fatalf("kafkatest: %v", err)
 	}
 	defer cons.Close()
-	md, err := cons.GetMetadata(&topic, false, 5000)
-	if err != nil {
-		t.Fatalf("kafkatest: metadata of %s: %v", topic, err)
-	}
+	md := topicMetadata(t, cons, topic)
 	n := 0
 	for _, p := range md.Topics[topic].Partitions {
 		lo, hi, err := cons.QueryWatermarkOffsets(topic, p.ID, 5000)
@@ -298,10 +293,7 @@ func (c *Cluster) Committed(t testing.TB, group, topic string) map[int32]int64 {
 		t.Fatalf("kafkatest: %v", err)
 	}
 	defer cons.Close()
-	md, err := cons.GetMetadata(&topic, false, 5000)
-	if err != nil {
-		t.Fatalf("kafkatest: metadata of %s: %v", topic, err)
-	}
+	md := topicMetadata(t, cons, topic)
 	var tps []kafka.TopicPartition
 	for _, p := range md.Topics[topic].Partitions {
 		tps = append(tps, kafka.TopicPartition{Topic: &topic, Partition: p.ID})
@@ -377,4 +369,29 @@ func (c *Cluster) AddPartitions(t testing.TB, topic string, total int) {
 		md, err := c.producer.GetMetadata(&topic, false, 5000)
 		return err == nil && len(md.Topics[topic].Partitions) == total
 	}, "the producer to see the new partitions")
+}
+
+// topicMetadata is topic's metadata as client sees it. A new client's
+// first request may meet a connection the loaded broker has not accepted
+// yet (librdkafka's "Local: Broker transport failure" under -race on two
+// cores, failing a test in its harness, not in what it tests): an error
+// librdkafka calls retriable, or a transport failure, is tried again for
+// up to 30 s.
+func topicMetadata(t testing.TB, client interface {
+	GetMetadata(*string, bool, int) (*kafka.Metadata, error)
+}, topic string) *kafka.Metadata {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		md, err := client.GetMetadata(&topic, false, 5000)
+		if err == nil {
+			return md
+		}
+		var ke kafka.Error
+		transient := errors.As(err, &ke) && (ke.IsRetriable() || ke.Code() == kafka.ErrTransport || ke.Code() == kafka.ErrAllBrokersDown)
+		if !transient || time.Now().After(deadline) {
+			t.Fatalf("kafkatest: metadata of %s: %v", topic, err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 }
