@@ -121,7 +121,7 @@ func (r *Runtime) processedElsewhere(ctx context.Context, it *item) (bool, error
 		return false, err
 	}
 	defer func() { _ = tx.Rollback() }()
-	inserted, err := insertMarks(ctx, tx, r.svc.Group, r.svc.Topic, []mark{{it.key, it.msg.Partition, it.msg.Offset, pendingOutcome}})
+	inserted, err := findMarks(ctx, tx, r.svc.Group, r.svc.Topic, []mark{{it.key, it.msg.Partition, it.msg.Offset, pendingOutcome}})
 	if err != nil {
 		return false, err
 	}

@@ -10,14 +10,26 @@ import (
 // The idempotency mark and the message's effect share a transaction; the
 // mark's unique key is what makes a second processing of the same message
 // a no-op. Every transaction inserts its marks once its routes decided,
-// with their outcomes, in one statement, before Write (tx.go): a mark that
-// exists by then (a redelivery of a message already processed, or one a
-// concurrent processor committed while the transaction ran) is left out of
-// the statement's RETURNING, and the transaction is rolled back and run
-// again without that message, which is acknowledged as a duplicate. Its
-// handler ran, but inside a transaction that never committed. A second
-// processor of a message whose mark is still uncommitted waits at the
-// insert for the first to end.
+// with their outcomes, in one statement, before Write (tx.go).
+//
+// Mostly none of them exists, and the statement is a plain INSERT
+// (insertMarks): PostgreSQL checks each key's uniqueness in the one
+// search of the index that inserts it. One that exists fails the
+// statement (unique violation); the transaction then rolls back and runs
+// again with findMarks, which leaves the existing marks out of its
+// RETURNING. Transactions that may meet one (a partition's first
+// messages since its assignment, where redeliveries come:
+// worker.mayMeetMarks; a probe; a re-drive) use findMarks from the start. Its ON CONFLICT costs a second
+// search of the index per mark (the conflict check before the insert)
+// and a WAL record more per row (the speculative insert's confirmation).
+//
+// A transaction whose findMarks found marks that exist (a redelivery of a
+// message already processed, or one a concurrent processor committed
+// while the transaction ran) is rolled back and run again without those
+// messages, which are acknowledged as duplicates. Their handlers ran, but
+// inside a transaction that never committed. A second processor of a
+// message whose mark is still uncommitted waits at either insert for the
+// first to end.
 
 // pendingOutcome is the outcome of a mark inserted only to learn whether
 // it exists (processedElsewhere): its transaction always rolls back.
@@ -30,12 +42,17 @@ type mark struct {
 	outcome   Outcome
 }
 
-// insertMarks inserts the marks (in key order, so that two transactions
-// inserting overlapping sets wait for each other instead of deadlocking)
-// and returns the keys that were new: the others belong to messages
-// already processed, or being processed by a transaction that committed
-// while this statement waited for it.
-func insertMarks(ctx context.Context, tx *ent.Tx, group, topic string, marks []mark) (map[string]bool, error) {
+// marksSQL inserts marks: $1 the keys, $2 the group, $3 the topic, then
+// key by key its partition, offset and outcome. In key order, so that two
+// transactions inserting overlapping sets wait for each other instead of
+// deadlocking.
+const marksSQL = `
+INSERT INTO processed_messages (idempotency_key, consumer_group, topic, "partition", "offset", outcome)
+SELECT k, $2, $3, p, o, oc FROM unnest($1::text[], $4::bigint[], $5::bigint[], $6::text[]) AS u(k, p, o, oc)
+ORDER BY k`
+
+// marksArgs are marksSQL's arguments.
+func marksArgs(group, topic string, marks []mark) []any {
 	var keys, parts, offs, outs Array
 	for _, m := range marks {
 		keys.Text(m.key)
@@ -43,13 +60,25 @@ func insertMarks(ctx context.Context, tx *ent.Tx, group, topic string, marks []m
 		offs.Int(m.offset)
 		outs.Text(string(m.outcome))
 	}
-	rows, err := tx.QueryContext(ctx, `
-INSERT INTO processed_messages (idempotency_key, consumer_group, topic, "partition", "offset", outcome)
-SELECT k, $2, $3, p, o, oc FROM unnest($1::text[], $4::bigint[], $5::bigint[], $6::text[]) AS u(k, p, o, oc)
-ORDER BY k
+	return []any{&keys, group, topic, &parts, &offs, &outs}
+}
+
+// insertMarks inserts the marks. A mark that exists fails it with a
+// unique violation (uniqueTaken), and its transaction with it.
+func insertMarks(ctx context.Context, tx *ent.Tx, group, topic string, marks []mark) error {
+	if _, err := tx.ExecContext(ctx, marksSQL, marksArgs(group, topic, marks)...); err != nil {
+		return fmt.Errorf("insert idempotency marks: %w", err)
+	}
+	return nil
+}
+
+// findMarks inserts the marks that do not exist and returns their keys:
+// the others belong to messages already processed, or being processed by
+// a transaction that committed while this statement waited for it.
+func findMarks(ctx context.Context, tx *ent.Tx, group, topic string, marks []mark) (map[string]bool, error) {
+	rows, err := tx.QueryContext(ctx, marksSQL+`
 ON CONFLICT (idempotency_key) DO NOTHING
-RETURNING idempotency_key`,
-		&keys, group, topic, &parts, &offs, &outs)
+RETURNING idempotency_key`, marksArgs(group, topic, marks)...)
 	if err != nil {
 		return nil, fmt.Errorf("insert idempotency marks: %w", err)
 	}

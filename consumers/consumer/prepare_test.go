@@ -467,6 +467,67 @@ func TestABatchTakesOutAProcessedMessageAndCommitsTheRest(t *testing.T) {
 	if given != 1 {
 		t.Fatalf("the processed message was given to Prepare %d times, want 1 (then left out)", given)
 	}
+	// The partition's first transaction since its assignment looked for
+	// the marks it inserted: no plain insert met the existing one.
+	if got := r.Counter("pin_consumer_batch_reruns_total", map[string]string{"reason": "mark-exists"}); got != 0 {
+		t.Fatalf("batch_reruns{mark-exists} = %v, want 0", got)
+	}
+}
+
+// Once a partition committed its first 2 × CONSUMER_BATCH_SIZE messages,
+// its marks go in with a plain INSERT. A mark that exists all the same (a producer that sent a message
+// twice; another processor's) fails it: the transaction runs again to find
+// which, and then without that message, a duplicate with no second effect.
+func TestASettledPartitionsPlainMarksMeetingOneRunAgainToFindIt(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	leadID := e.lead()
+	p := &preparing{}
+	const batch = 2 // the first 2 × 2 messages of a partition look for their marks
+	r := consumertest.Start(t, e.cluster.Bootstrap, e.url, p.service, consumertest.Options{BatchSize: batch})
+	for i := 0; i < 2*batch; i++ {
+		_, v := envelope(leadID, "")
+		e.produce(1, v)
+	}
+	e.waitCommitted(2 * batch)
+
+	const n = 8
+	id, v := envelope(leadID, "")
+	e.markProcessed(id, 1, 1) // processed, as a copy of it at another offset was
+	applyProbe(t, e.db, leadID)
+	for i := 0; i < n; i++ {
+		if i == 3 {
+			e.produce(1, v)
+			continue
+		}
+		_, w := envelope(leadID, "")
+		e.produce(1, w)
+	}
+	e.waitCommitted(2*batch + n)
+
+	if got := e.events(leadID); got != 2*batch+n {
+		t.Fatalf("lead_events = %d, want %d (the processed message's effect once)", got, 2*batch+n)
+	}
+	checkOutcomes(t, r, map[consumer.Outcome]int{consumer.SkippedDuplicate: 1, consumer.Applied: 2*batch + n - 1})
+	for reason, want := range map[string]float64{"mark-exists": 1, "processed-already": 1, "lost-race": 0} {
+		if got := r.Counter("pin_consumer_batch_reruns_total", map[string]string{"reason": reason}); got != want {
+			t.Errorf("batch_reruns{%s} = %v, want %v", reason, got, want)
+		}
+	}
+	if got := p.untagged.Load(); got != 0 {
+		t.Fatalf("%d handler runs on their own, want 0: the batch runs again as a batch", got)
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	given := 0
+	for _, g := range p.given {
+		if g == id {
+			given++
+		}
+	}
+	if given != 2 {
+		t.Fatalf("the processed message was given to Prepare %d times, want 2 (the plain insert, the one that found its mark; then left out)", given)
+	}
 }
 
 // The handler of a redelivered, processed message runs on the state it

@@ -162,8 +162,17 @@ func (s *scheduler) run(own *request) (res txResult) {
 			m.waited(q.items, q.asked, started)
 		}
 	}
-	if all = s.tx(own.w, items, own.mode); !all.committed && len(group) > 1 {
+	mode := own.mode
+	for _, q := range group {
+		mode.findMarks = mode.findMarks || q.w.mayMeetMarks()
+	}
+	if all = s.tx(own.w, items, mode); !all.committed && len(group) > 1 {
 		m.batchReruns.WithLabelValues("shared-failed").Inc()
+	}
+	if all.committed && !mode.dryRun {
+		for _, q := range group {
+			q.w.committed.Add(int64(len(q.items)))
+		}
 	}
 	if !all.committed && own.w.ctx.Err() != nil {
 		// The leader's drain budget was spent: the transaction was

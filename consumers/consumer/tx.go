@@ -16,7 +16,8 @@ import (
 // One transaction of messages (DESIGN.md, "One transaction path"): the
 // only way the runtime applies a message's effects and writes its mark —
 // Read, each route's Decide, the marks (one that is there already is a
-// redelivery's: taken out, the rest runs again), Write, the commit.
+// redelivery's: found, taken out, the rest runs again; marks.go), Write,
+// the commit.
 
 // txResult is how a transaction of messages ended.
 type txResult struct {
@@ -32,6 +33,10 @@ type txResult struct {
 type txMode struct {
 	dryRun bool    // roll back instead of committing: a probe
 	outer  *ent.Tx // run under a savepoint of this transaction (the re-driver's), which its owner commits
+	// findMarks: a mark may exist (worker.mayMeetMarks, or a plain insert
+	// of the marks met one): the marks are inserted with findMarks, not
+	// insertMarks (marks.go).
+	findMarks bool
 }
 
 // errRolledBack is the span status of a message whose transaction rolled
@@ -56,6 +61,7 @@ const (
 	noRerun               rerun = iota
 	rerunWithoutProcessed       // messages found processed: flagged (item.marked), left out
 	rerunLostRace               // a deadlock, a serialization failure or a unique key taken meanwhile
+	rerunFindingMarks           // the plain insert of the marks met one that exists: find which
 )
 
 // runTx runs items in one transaction (see above) under ctx, which its
@@ -82,6 +88,8 @@ func (r *Runtime) runTx(ctx context.Context, items []*item, mode txMode) txResul
 			return res
 		case rerunLostRace:
 			races++
+		case rerunFindingMarks:
+			mode.findMarks = true
 		}
 	}
 }
@@ -172,15 +180,25 @@ func (r *Runtime) txOnce(ctx context.Context, items []*item, mode txMode, shared
 		marks = append(marks, mark{it.key, it.msg.Partition, it.msg.Offset, out})
 	}
 	clock.done(stageDecide)
-	inserted, err := insertMarks(ctx, tx, r.svc.Group, r.svc.Topic, marks)
+	find := mode.findMarks || mode.dryRun || mode.outer != nil // a probe or a re-drive: rare, and likely to meet one
+	var inserted map[string]bool
+	if find {
+		inserted, err = findMarks(ctx, tx, r.svc.Group, r.svc.Topic, marks)
+	} else {
+		err = insertMarks(ctx, tx, r.svc.Group, r.svc.Topic, marks)
+	}
 	if err != nil {
 		r.rollbackTx(ctx, tx, mode)
+		if !find && uniqueTaken(err) { // a mark exists: which, findMarks says
+			r.m.batchReruns.WithLabelValues("mark-exists").Inc()
+			return txResult{}, rerunFindingMarks
+		}
 		if c := lostRace(err); c != "" && rerace {
 			return r.lostTheRace(c, err, len(items))
 		}
 		return txResult{err: err}, noRerun
 	}
-	if len(inserted) < len(marks) {
+	if find && len(inserted) < len(marks) {
 		r.rollbackTx(ctx, tx, mode)
 		for i, it := range items {
 			if run[i] && !inserted[it.key] {
