@@ -17,12 +17,12 @@ import (
 // search of the index that inserts it. One that exists fails the
 // statement (unique violation); the transaction then rolls back and runs
 // again with findMarks, which leaves the existing marks out of its
-// RETURNING. Transactions that may meet one (a partition's first
-// messages since its assignment, where redeliveries come:
-// worker.mayMeetMarks; a probe; a re-drive) use findMarks from the
-// start. Its ON CONFLICT costs a second search of the index per mark (the
+// RETURNING. Transactions likely to meet one (a partition's first
+// messages since its assignment, where redeliveries come, or since it
+// met one: worker.mayMeetMarks; a probe; a re-drive) use findMarks from
+// the start. Its ON CONFLICT costs a second search of the index per mark (the
 // conflict check before the insert) and a WAL record more per row (the
-// speculative insert's confirmation): 3 µs of PostgreSQL's CPU per
+// speculative insert's confirmation): 1.5–2.5 µs of PostgreSQL's CPU per
 // rewards event, 2.5 per crm event (bench/README.md, session 14).
 //
 // A transaction whose findMarks found marks that exist (a redelivery of a

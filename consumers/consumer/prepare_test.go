@@ -475,9 +475,12 @@ func TestABatchTakesOutAProcessedMessageAndCommitsTheRest(t *testing.T) {
 }
 
 // Once a partition committed its first 2 × CONSUMER_BATCH_SIZE messages,
-// its marks go in with a plain INSERT. A mark that exists all the same (a producer that sent a message
-// twice; another processor's) fails it: the transaction runs again to find
-// which, and then without that message, a duplicate with no second effect.
+// its marks go in with a plain INSERT. A mark that exists all the same (a
+// producer that sent a message twice; another processor's) fails it: the
+// transaction runs again to find which, and then without that message, a
+// duplicate with no second effect. Having met one, the partition looks
+// for its marks again for as many messages: a second duplicate close
+// behind is found at once.
 func TestASettledPartitionsPlainMarksMeetingOneRunAgainToFindIt(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
@@ -491,25 +494,28 @@ func TestASettledPartitionsPlainMarksMeetingOneRunAgainToFindIt(t *testing.T) {
 	}
 	e.waitCommitted(2 * batch)
 
+	// Two messages processed already, as copies of them at other offsets
+	// were: the 4th and the 6th of n. Whatever the batches, fewer than
+	// 2 × batch messages commit between the first's transaction and the
+	// second's.
 	const n = 8
-	id, v := envelope(leadID, "")
-	e.markProcessed(id, 1, 1) // processed, as a copy of it at another offset was
-	applyProbe(t, e.db, leadID)
+	dup := map[int]uuid.UUID{}
 	for i := 0; i < n; i++ {
-		if i == 3 {
-			e.produce(1, v)
-			continue
+		id, v := envelope(leadID, "")
+		if i == 3 || i == 5 {
+			dup[i] = id
+			e.markProcessed(id, 1, 1)
+			applyProbe(t, e.db, leadID)
 		}
-		_, w := envelope(leadID, "")
-		e.produce(1, w)
+		e.produce(1, v)
 	}
 	e.waitCommitted(2*batch + n)
 
 	if got := e.events(leadID); got != 2*batch+n {
-		t.Fatalf("lead_events = %d, want %d (the processed message's effect once)", got, 2*batch+n)
+		t.Fatalf("lead_events = %d, want %d (each processed message's effect once)", got, 2*batch+n)
 	}
-	checkOutcomes(t, r, map[consumer.Outcome]int{consumer.SkippedDuplicate: 1, consumer.Applied: 2*batch + n - 1})
-	for reason, want := range map[string]float64{"mark-exists": 1, "processed-already": 1, "lost-race": 0} {
+	checkOutcomes(t, r, map[consumer.Outcome]int{consumer.SkippedDuplicate: 2, consumer.Applied: 2*batch + n - 2})
+	for reason, want := range map[string]float64{"mark-exists": 1, "processed-already": 2, "lost-race": 0} {
 		if got := r.Counter("pin_consumer_batch_reruns_total", map[string]string{"reason": reason}); got != want {
 			t.Errorf("batch_reruns{%s} = %v, want %v", reason, got, want)
 		}
@@ -519,14 +525,15 @@ func TestASettledPartitionsPlainMarksMeetingOneRunAgainToFindIt(t *testing.T) {
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	given := 0
+	given := map[uuid.UUID]int{}
 	for _, g := range p.given {
-		if g == id {
-			given++
-		}
+		given[g]++
 	}
-	if given != 2 {
-		t.Fatalf("the processed message was given to Prepare %d times, want 2 (the plain insert, the one that found its mark; then left out)", given)
+	if got := given[dup[3]]; got != 2 {
+		t.Fatalf("the first processed message was given to Prepare %d times, want 2 (the plain insert, the one that found its mark; then left out)", got)
+	}
+	if got := given[dup[5]]; got != 1 {
+		t.Fatalf("the second processed message was given to Prepare %d times, want 1 (found at once; then left out)", got)
 	}
 }
 

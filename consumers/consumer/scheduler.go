@@ -169,9 +169,17 @@ func (s *scheduler) run(own *request) (res txResult) {
 	if all = s.tx(own.w, items, mode); !all.committed && len(group) > 1 {
 		m.batchReruns.WithLabelValues("shared-failed").Inc()
 	}
-	if all.committed && !mode.dryRun {
+	// Counted before the runs learn how the transaction ended (the
+	// deferred function) and so before their offsets are stored: once a
+	// run's offset is committed, its worker's count includes it.
+	if !mode.dryRun {
 		for _, q := range group {
-			q.w.committed.Add(int64(len(q.items)))
+			switch {
+			case all.metMarks: // redeliveries, perhaps more of them: look again
+				q.w.committed.Store(0)
+			case all.committed:
+				q.w.committed.Add(int64(len(q.items)))
+			}
 		}
 	}
 	if !all.committed && own.w.ctx.Err() != nil {

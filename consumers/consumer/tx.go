@@ -27,6 +27,9 @@ type txResult struct {
 	// (Read, Write, the marks, the commit) or nothing failed.
 	failed *item
 	err    error // the failure
+	// metMarks: marks of its messages were found existing (redeliveries,
+	// a message sent twice): its partitions may meet more (worker.mayMeetMarks).
+	metMarks bool
 }
 
 // txMode says how a transaction ends, or where it runs.
@@ -66,7 +69,9 @@ const (
 
 // runTx runs items in one transaction (see above) under ctx, which its
 // caller cancels when its drain budget is spent. Messages found processed
-// already end as SkippedDuplicate; a transaction that lost a race (a
+// already end as SkippedDuplicate: a plain insert of the marks that met
+// one runs again once with findMarks, which finds them, and again without
+// them; neither counts as a lost race. A transaction that lost a race (a
 // deadlock, a serialization failure, a unique key another processor took
 // meanwhile) runs again at once, lostRaceRetries times.
 func (r *Runtime) runTx(ctx context.Context, items []*item, mode txMode) txResult {
@@ -80,16 +85,19 @@ func (r *Runtime) runTx(ctx context.Context, items []*item, mode txMode) txResul
 		}
 		shared = span.SpanContext()
 	}
-	races := 0
+	races, met := 0, false
 	for {
 		res, again := r.txOnce(ctx, items, mode, shared, races < lostRaceRetries)
 		switch again {
 		case noRerun:
+			res.metMarks = met
 			return res
 		case rerunLostRace:
 			races++
 		case rerunFindingMarks:
-			mode.findMarks = true
+			mode.findMarks, met = true, true
+		case rerunWithoutProcessed:
+			met = true
 		}
 	}
 }
@@ -189,7 +197,7 @@ func (r *Runtime) txOnce(ctx context.Context, items []*item, mode txMode, shared
 	}
 	if err != nil {
 		r.rollbackTx(ctx, tx, mode)
-		if !find && uniqueTaken(err) { // a mark exists: which, findMarks says
+		if !find && markTaken(err) { // a mark exists: which, findMarks says
 			r.m.batchReruns.WithLabelValues("mark-exists").Inc()
 			return txResult{}, rerunFindingMarks
 		}
@@ -293,6 +301,13 @@ func (r *Runtime) lostTheRace(code string, err error, n int) (txResult, rerun) {
 	r.m.batchReruns.WithLabelValues("lost-race").Inc()
 	r.log.Info().Err(err).Int("batch", n).Str("code", code).Msg("transaction lost a race: again")
 	return txResult{}, rerunLostRace
+}
+
+// markTaken reports a mark's key taken: a unique violation (23505) in
+// processed_messages, whose only unique key is its primary key.
+func markTaken(err error) bool {
+	var pqErr *pq.Error
+	return errors.As(err, &pqErr) && pqErr.Code == "23505" && pqErr.Table == "processed_messages"
 }
 
 // uniqueTaken reports a unique or exclusion constraint violated (23505,

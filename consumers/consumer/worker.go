@@ -74,22 +74,26 @@ type worker struct {
 	paused atomic.Bool // written by the poll goroutine
 	busy   atomic.Bool
 	// committed counts the partition's messages committed since its
-	// assignment (mayMeetMarks).
+	// assignment, or since a transaction of them met marks that exist
+	// (mayMeetMarks).
 	committed    atomic.Int64
 	abandoned    atomic.Bool  // drain budget spent: its late acks are ignored
 	lastProgress atomic.Int64 // unix nanos
 	stopOnce     sync.Once
 }
 
-// mayMeetMarks reports whether the partition's next transaction may meet
-// marks that exist: what a partition gets again after a crash or a lost
-// assignment is what its previous owner committed but had not yet
-// committed the offsets of, at most the runs of a committer's round (one
-// commit in flight, the next stored meanwhile), and it comes first. So
-// the first 2 × CONSUMER_BATCH_SIZE messages committed since the
-// assignment look for their marks (txMode.findMarks); the rest insert
-// them plainly, and a plain insert that meets one all the same runs
-// again to find it (marks.go).
+// mayMeetMarks reports whether the partition's next transaction is
+// likely to meet marks that exist, a guess that only decides the cost:
+// what a partition gets again after a crash or a lost assignment is what
+// its previous owner committed but had not yet committed the offsets of,
+// mostly the runs of a committer's round (one commit in flight, the next
+// stored meanwhile), and it comes first. A failed commit left to the
+// auto-commit, a member that finished its queue after losing its
+// assignment, or a replay from an earlier offset leave more. So the
+// first 2 × CONSUMER_BATCH_SIZE messages committed since the assignment,
+// or since a transaction of the partition met a mark, look for their
+// marks (txMode.findMarks); the rest insert them plainly, and a plain
+// insert that meets one runs again to find it (marks.go).
 func (w *worker) mayMeetMarks() bool {
 	return w.committed.Load() < 2*int64(w.r.cfg.BatchSize)
 }
