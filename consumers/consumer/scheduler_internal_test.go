@@ -311,3 +311,48 @@ func TestASharedTransactionTakesRunsWithinItsByteBudget(t *testing.T) {
 		}
 	}
 }
+
+// A transaction that carries the run of a partition likely to meet marks
+// (worker.mayMeetMarks) looks for every run's marks; once committed, each
+// run counts toward its own worker's window. One that met marks opens
+// every window it carried again.
+func TestASharedTransactionLooksForTheMarksIfOneOfItsPartitionsMayMeetThem(t *testing.T) {
+	f := newSchedFixture(t)
+	f.r.cfg.BatchSize = 1 // a window of 2 messages
+	type ran struct {
+		mode txMode
+		n    int
+	}
+	modes := make(chan ran, 2)
+	var met bool // what the next transaction reports
+	f.s.tx = func(_ *worker, items []*item, mode txMode) txResult {
+		modes <- ran{mode, len(items)}
+		return txResult{committed: true, metMarks: met}
+	}
+
+	settled, resA, fresh, resB := f.twoWaiting()
+	settled.committed.Store(2)
+	f.handOn()
+	<-resA
+	<-resB
+	if got := <-modes; got.n != 2 || !got.mode.findMarks {
+		t.Fatalf("the shared transaction ran %d runs with findMarks %v, want 2 runs, true (one partition is fresh)", got.n, got.mode.findMarks)
+	}
+	if a, b := settled.committed.Load(), fresh.committed.Load(); a != 3 || b != 1 {
+		t.Fatalf("committed counts %d and %d, want 3 and 1", a, b)
+	}
+
+	c, resC, d, resD := f.twoWaiting()
+	c.committed.Store(2)
+	d.committed.Store(5)
+	met = true
+	f.handOn()
+	<-resC
+	<-resD
+	if got := <-modes; got.n != 2 || got.mode.findMarks {
+		t.Fatalf("the shared transaction ran %d runs with findMarks %v, want 2 runs, false (both partitions settled)", got.n, got.mode.findMarks)
+	}
+	if a, b := c.committed.Load(), d.committed.Load(); a != 0 || b != 0 {
+		t.Fatalf("committed counts %d and %d after a transaction that met marks, want 0 and 0", a, b)
+	}
+}
