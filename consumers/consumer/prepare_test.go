@@ -18,6 +18,8 @@ import (
 	"github.com/pin-platform/pin/consumers/consumer/consumertest"
 	"github.com/pin-platform/pin/consumers/kafkatest"
 	"github.com/pin-platform/pin/ent"
+	"github.com/pin-platform/pin/migrate/localpg"
+	"github.com/pin-platform/pin/migrate/pgtest"
 )
 
 // preparing is the probe with a Read that records what it was given and
@@ -484,10 +486,28 @@ func TestABatchTakesOutAProcessedMessageAndCommitsTheRest(t *testing.T) {
 func TestASettledPartitionsPlainMarksMeetingOneRunAgainToFindIt(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
+	plainMarksMeetingOne(t, e, e.url, consumertest.Options{})
+}
+
+// The same behind PgBouncer in transaction mode, with the statement cache
+// off as docs/operations.md says to run there (a statement the pooler
+// lost would add an attempt of its own): the plain insert's unique
+// violation ends its transaction on the pooler's server connection, and
+// the reruns go on, on whichever they get.
+func TestASettledPartitionsPlainMarksMeetingOneBehindATransactionPooler(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	plainMarksMeetingOne(t, e, pgtest.Bouncer(t, e.url, localpg.BouncerOptions{}), consumertest.Options{NoStatementCache: true})
+}
+
+// plainMarksMeetingOne runs the probe service on dbURL (e.url, or a pooler
+// in front of it) with o and checks what the tests above say.
+func plainMarksMeetingOne(t *testing.T, e *env, dbURL string, o consumertest.Options) {
 	leadID := e.lead()
 	p := &preparing{}
 	const batch = 2 // the first 2 × 2 messages of a partition look for their marks
-	r := consumertest.Start(t, e.cluster.Bootstrap, e.url, p.service, consumertest.Options{BatchSize: batch})
+	o.BatchSize = batch
+	r := consumertest.Start(t, e.cluster.Bootstrap, dbURL, p.service, o)
 	for i := 0; i < 2*batch; i++ {
 		_, v := envelope(leadID, "")
 		e.produce(1, v)

@@ -42,6 +42,9 @@ type Options struct {
 	AsOwner bool
 	// SchemaRecheck is CONSUMER_SCHEMA_RECHECK; 0: 100 ms.
 	SchemaRecheck time.Duration
+	// NoStatementCache is DATABASE_STATEMENT_CACHE=0, as behind a
+	// transaction-mode pooler (docs/operations.md).
+	NoStatementCache bool
 }
 
 // Running is a runtime running in the background of a test.
@@ -109,7 +112,11 @@ func Start(t testing.TB, brokers, dbURL string, build func(prometheus.Registerer
 	if !o.AsOwner && hasRole(t, dbURL, migrate.ServiceRole(svc.Name)) {
 		dbURL = pgtest.ServiceURL(t, dbURL, svc.Name) // as in production: the service's own role
 	}
-	db, err := consumer.OpenDB(dbURL, consumer.DBOptions{StatementCache: consumer.DefaultConfig().StatementCache,
+	cache := consumer.DefaultConfig().StatementCache
+	if o.NoStatementCache {
+		cache = 0
+	}
+	db, err := consumer.OpenDB(dbURL, consumer.DBOptions{StatementCache: cache,
 		Metrics: prometheus.WrapRegistererWith(prometheus.Labels{"service": svc.Name}, reg)})
 	if err != nil {
 		t.Fatalf("consumertest: %v", err)
