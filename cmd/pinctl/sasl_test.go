@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/url"
 	"os"
@@ -19,6 +18,7 @@ import (
 
 	"github.com/pin-platform/pin/consumers/demo"
 	"github.com/pin-platform/pin/consumers/kafkatest"
+	"github.com/pin-platform/pin/internal/freeport"
 	"github.com/pin-platform/pin/migrate/pgtest"
 )
 
@@ -58,12 +58,11 @@ func readyz(t *testing.T, addr string) string {
 // freeAddr is a loopback address with a port free at the time of the call.
 func freeAddr(t *testing.T) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	a, err := freeport.Addr()
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer ln.Close()
-	return ln.Addr().String()
+	return a
 }
 
 // secureEnv is the environment of a process of these tests: the broker's

@@ -9,7 +9,6 @@ import (
 	"database/sql"
 	"encoding/hex"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -25,6 +24,7 @@ import (
 	"github.com/pin-platform/pin/consumers/rewards"
 	"github.com/pin-platform/pin/consumers/roster"
 	"github.com/pin-platform/pin/consumers/servicetest"
+	"github.com/pin-platform/pin/internal/freeport"
 	"github.com/pin-platform/pin/migrate"
 	"github.com/pin-platform/pin/migrate/pgtest"
 )
@@ -195,12 +195,11 @@ func get(url string) int {
 
 func freePort(t *testing.T) int {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	p, err := freeport.Loopback()
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
+	return p
 }
 
 func randomHex(n int) string {

@@ -22,6 +22,7 @@ import (
 	"github.com/pin-platform/pin/consumers/consumer"
 	"github.com/pin-platform/pin/consumers/demo"
 	"github.com/pin-platform/pin/consumers/roster"
+	"github.com/pin-platform/pin/internal/freeport"
 	"github.com/pin-platform/pin/migrate"
 	"github.com/pin-platform/pin/migrate/localpg"
 )
@@ -418,7 +419,7 @@ func (r *run) startConsumers(ctx context.Context) error {
 		)
 		env = append(env, r.o.Env...)
 		for n := 1; n <= r.o.Instances; n++ {
-			addr, err := freeAddr()
+			addr, err := freeport.Addr()
 			if err != nil {
 				return err
 			}
@@ -457,7 +458,8 @@ func (r *run) supervise(ctx context.Context) {
 			if r.stopping.Load() {
 				continue
 			}
-			r.problem("%s exited by itself with code %d (log: %s); started again", ex.in.name, ex.code, ex.in.logPath)
+			r.problem("%s exited by itself with code %d (log: %s, its last line: %s); started again",
+				ex.in.name, ex.code, ex.in.logPath, lastLine(ex.in.logPath))
 			sleep(ctx, time.Second)
 			if err := ex.in.start(r.exits); err != nil {
 				r.problem("%v", err)

@@ -130,3 +130,23 @@ func TestBehindPgBouncer(t *testing.T) {
 		t.Error("no consumer met a statement lost to the pooler: the run proves nothing about it")
 	}
 }
+
+// TestLastLineIsWhatAProcessSaidLast: the line a run's finding quotes
+// when a consumer exits by itself (its configuration error, its panic).
+func TestLastLineIsWhatAProcessSaidLast(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "crm-1.log")
+	long := strings.Repeat(`{"level":"info","message":"partitions assigned"}`+"\n", 200)
+	last := "configuration: HTTP_ADDR: listen tcp 127.0.0.1:41234: bind: address already in use"
+	if err := os.WriteFile(p, []byte(long+last+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if got := lastLine(p); got != last {
+		t.Errorf("lastLine = %q, want %q", got, last)
+	}
+	if err := os.WriteFile(p, []byte(last), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if got := lastLine(p); got != last {
+		t.Errorf("lastLine of a short log = %q, want %q", got, last)
+	}
+}

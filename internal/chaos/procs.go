@@ -3,14 +3,16 @@ package chaos
 import (
 	"errors"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/pin-platform/pin/internal/freeport"
 )
 
 // instance is one consumer process of a group: the real binary, killed
@@ -19,7 +21,6 @@ type instance struct {
 	name    string // e.g. "rewards#2"
 	bin     string
 	env     []string
-	addr    string // HTTP_ADDR
 	logPath string
 
 	// faults serialises the faults that stop and start the process: a
@@ -27,6 +28,7 @@ type instance struct {
 	faults sync.Mutex
 
 	mu       sync.Mutex
+	addr     string // HTTP_ADDR
 	cmd      *exec.Cmd
 	done     chan struct{}
 	expected bool // the running process's end is ours (a kill, a stop)
@@ -49,6 +51,13 @@ func (in *instance) start(exits chan<- exit) error {
 		case <-in.done:
 		default:
 			return fmt.Errorf("start %s: it runs already (pid %d)", in.name, in.cmd.Process.Pid)
+		}
+	}
+	// A port that went while the process was down (the bind of another
+	// server) is left for another: the process would only exit 2 on it.
+	if !freeport.Free(in.addr) {
+		if a, err := freeport.Addr(); err == nil {
+			in.addr = a
 		}
 	}
 	f, err := os.OpenFile(in.logPath, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644)
@@ -142,22 +151,15 @@ func (in *instance) exitCode() int {
 // ready reports whether the process answers /readyz with 200.
 func (in *instance) ready() bool {
 	c := http.Client{Timeout: time.Second}
-	resp, err := c.Get("http://" + in.addr + "/readyz")
+	in.mu.Lock()
+	addr := in.addr
+	in.mu.Unlock()
+	resp, err := c.Get("http://" + addr + "/readyz")
 	if err != nil {
 		return false
 	}
 	resp.Body.Close()
 	return resp.StatusCode == http.StatusOK
-}
-
-// freeAddr is a free loopback address for a consumer's HTTP_ADDR.
-func freeAddr() (string, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", err
-	}
-	defer l.Close()
-	return l.Addr().String(), nil
 }
 
 // consumerBinary is the path of a service's binary in dir.
@@ -167,4 +169,25 @@ func consumerBinary(dir, service string) (string, error) {
 		return "", fmt.Errorf("%s not found in %s: run `make build`", filepath.Base(p), dir)
 	}
 	return p, nil
+}
+
+// lastLine is the last line of the log at path, at most 512 bytes of it:
+// what a process that exited by itself said last.
+func lastLine(path string) string {
+	f, err := os.Open(path)
+	if err != nil {
+		return err.Error()
+	}
+	defer f.Close()
+	buf := make([]byte, 4096)
+	n, _ := f.ReadAt(buf, 0)
+	if st, err := f.Stat(); err == nil && st.Size() > int64(len(buf)) {
+		n, _ = f.ReadAt(buf, st.Size()-int64(len(buf)))
+	}
+	lines := strings.Split(strings.TrimRight(string(buf[:n]), "\n"), "\n")
+	last := lines[len(lines)-1]
+	if len(last) > 512 {
+		last = last[:512] + "…"
+	}
+	return last
 }

@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -14,6 +13,7 @@ import (
 	"github.com/confluentinc/confluent-kafka-go/v2/kafka"
 
 	"github.com/pin-platform/pin/consumers/roster"
+	"github.com/pin-platform/pin/internal/freeport"
 	"github.com/pin-platform/pin/internal/kafkaenv"
 )
 
@@ -118,16 +118,13 @@ func defaultPort(service string) int {
 // freeAddr is 127.0.0.1:port when that port is free, else a free one.
 func freeAddr(port int) string {
 	addr := fmt.Sprintf("127.0.0.1:%d", port)
-	if l, err := net.Listen("tcp", addr); err == nil {
-		l.Close()
+	if freeport.Free(addr) {
 		return addr
 	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return addr
+	if a, err := freeport.Addr(); err == nil {
+		return a
 	}
-	defer l.Close()
-	return l.Addr().String()
+	return addr
 }
 
 // NewLoadProducer is the idempotent producer pinctl feeds topics with (the

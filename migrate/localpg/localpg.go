@@ -13,7 +13,6 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"net"
 	"net/url"
 	"os"
 	"os/exec"
@@ -26,6 +25,8 @@ import (
 	"time"
 
 	_ "github.com/lib/pq" // database/sql driver "postgres"
+
+	"github.com/pin-platform/pin/internal/freeport"
 )
 
 // Server is a running local PostgreSQL server.
@@ -141,7 +142,7 @@ func Start(ctx context.Context, dir string, opts Options) (*Server, error) {
 	}
 	s.port = opts.Port
 	if s.port == 0 {
-		if s.port, err = freePort(); err != nil {
+		if s.port, err = freeport.Loopback(); err != nil {
 			return nil, err
 		}
 	}
@@ -280,15 +281,6 @@ func PostgresUser() (*syscall.Credential, error) {
 	uid, _ := strconv.Atoi(u.Uid)
 	gid, _ := strconv.Atoi(u.Gid)
 	return &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}, nil
-}
-
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, fmt.Errorf("localpg: find a free port: %w", err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
 // Standby makes a hot standby of s in dir with pg_basebackup -R (streaming

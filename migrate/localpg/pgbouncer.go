@@ -12,6 +12,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/pin-platform/pin/internal/freeport"
 )
 
 // ErrNoPgBouncer reports that the pgbouncer binary was not found.
@@ -69,7 +71,7 @@ func StartBouncer(ctx context.Context, dir string, pgPort int, db string, o Boun
 	if o.PoolSize == 0 {
 		o.PoolSize = 4
 	}
-	port, err := freePort()
+	port, err := freeport.Loopback()
 	if err != nil {
 		return nil, err
 	}
