@@ -392,9 +392,18 @@ func (b *benchmark) runService(ctx context.Context, t demo.Topic) (*serviceResul
 	}
 	defer w.close()
 
+	// Both groups start from committed offsets, as deployed ones do
+	// (commitStart).
+	brokerGroup := t.Group + "-bench-broker-only"
+	for _, g := range []string{brokerGroup, t.Group} {
+		if err := commitStart(b.brokers, g, t.Name, t.Partitions); err != nil {
+			return nil, err
+		}
+	}
+
 	// 1. Broker limit, on the pre-produced events.
 	b.say("  broker only …")
-	if r.BrokerOnly, err = brokerOnly(ctx, b.brokers, t.Group+"-bench-broker-only", t.Name, pre, b.overrides, b.Timeout); err != nil {
+	if r.BrokerOnly, err = brokerOnly(ctx, b.brokers, brokerGroup, t.Name, pre, b.overrides, b.Timeout); err != nil {
 		return nil, err
 	}
 	r.BrokerOnly.Events = pre
