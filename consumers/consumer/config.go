@@ -61,6 +61,10 @@ type Config struct {
 	// runs of every partition that became ready while the one before it
 	// ran (scheduler.go; DefaultTransactions).
 	Transactions int `env:"CONSUMER_TRANSACTIONS" default:"2" help:"transactions running at once"`
+	// FollowDistance: neither CONSUMER_TRANSACTIONS nor CONSUMER_BATCH_SIZE
+	// is set, so both defaults follow how far PostgreSQL is (distance.go).
+	// ConfigFromEnv sets it; a Config built by hand keeps its numbers.
+	FollowDistance bool
 	// Warnings are one line each about the environment: Kubernetes
 	// service-link variables ignored, a renamed variable.
 	Warnings []string
@@ -275,6 +279,7 @@ func ConfigFromEnv(environ []string, defaultHTTP string) (Config, error) {
 			}
 		}
 	}
+	c.FollowDistance = env["CONSUMER_TRANSACTIONS"] == "" && env["CONSUMER_SHARED_TRANSACTIONS"] == "" && env["CONSUMER_BATCH_SIZE"] == ""
 	if c.BatchSize > MaxBatchSize {
 		fail("CONSUMER_BATCH_SIZE", fmt.Errorf("is above %d", MaxBatchSize))
 	}

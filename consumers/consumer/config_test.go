@@ -24,6 +24,17 @@ func TestConfigFromEnv(t *testing.T) {
 			t.Fatalf("defaults warn: %q", c.Warnings)
 		}
 	})
+	t.Run("the lanes follow the database's distance unless chosen", func(t *testing.T) {
+		c, err := ConfigFromEnv(base, "")
+		if err != nil || !c.FollowDistance {
+			t.Fatalf("neither knob set: FollowDistance %v, %v", c.FollowDistance, err)
+		}
+		for _, kv := range []string{"CONSUMER_TRANSACTIONS=2", "CONSUMER_BATCH_SIZE=256", "CONSUMER_SHARED_TRANSACTIONS=2"} {
+			if c, err := ConfigFromEnv(append(base, kv), ""); err != nil || c.FollowDistance {
+				t.Errorf("%s: FollowDistance %v, %v; want the operator's choice kept", kv, c.FollowDistance, err)
+			}
+		}
+	})
 	t.Run("a queue of less than two batches warns", func(t *testing.T) {
 		c, err := ConfigFromEnv(append(base, "CONSUMER_QUEUE_SIZE=256"), "")
 		if err != nil {
@@ -177,6 +188,11 @@ func TestConfigIsDeclared(t *testing.T) {
 				continue
 			}
 			got, err := ConfigFromEnv(append(base, v.Name+"="+v.Default), ":1")
+			if v.Name == "CONSUMER_TRANSACTIONS" || v.Name == "CONSUMER_BATCH_SIZE" {
+				// Set, even to its default, the knob is chosen: the
+				// distance no longer moves it (TestConfigFromEnv).
+				got.FollowDistance = want.FollowDistance
+			}
 			if err != nil || !reflect.DeepEqual(got, want) {
 				t.Errorf("%s=%s: %+v, %v; want the unset configuration %+v", v.Name, v.Default, got, err, want)
 			}

@@ -334,6 +334,7 @@ func (r *Runtime) Run(ctx context.Context) error {
 	if !r.awaitSchema(ctx) {
 		return nil
 	}
+	r.followDistance(ctx)
 	bg.Add(1)
 	go func() { defer bg.Done(); r.redriveLoop(ctx) }()
 	for _, g := range r.gauges {

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
+	"net/url"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -23,6 +24,7 @@ import (
 	"github.com/pin-platform/pin/consumers/consumer"
 	"github.com/pin-platform/pin/consumers/consumer/consumertest"
 	"github.com/pin-platform/pin/consumers/kafkatest"
+	"github.com/pin-platform/pin/internal/bench"
 	"github.com/pin-platform/pin/migrate/pgtest"
 )
 
@@ -833,6 +835,60 @@ func TestAHandlerReportedDuplicateIsMarked(t *testing.T) {
 	e.waitCommitted(1)
 	if n := e.count(`SELECT count(*) FROM processed_messages WHERE idempotency_key = $1 AND outcome = 'skipped-duplicate'`, "probe:"+id.String()); n != 1 {
 		t.Fatalf("marks with outcome skipped-duplicate = %d, want 1", n)
+	}
+}
+
+// The lanes follow the database's distance when neither knob is set: a
+// PostgreSQL 2 ms away (a delaying proxy) gets three transactions of up to
+// 512 messages a partition, one on loopback keeps two of 256; a knob set
+// keeps its value whatever the distance.
+func TestTheLanesFollowTheDatabasesDistance(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	u, err := url.Parse(e.url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr, stop, err := bench.LatencyProxy(u.Host, 2*time.Millisecond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = stop() })
+	far := *u
+	far.Host = addr
+	for _, tc := range []struct {
+		name, url string
+		extra     []string
+		want      string
+	}{
+		{"far", far.String(), nil, `"transactions":3,"batch_size":512,"far":true`},
+		{"near", e.url, nil, `"transactions":2,"batch_size":256,"far":false`},
+		{"far, chosen", far.String(), []string{"CONSUMER_TRANSACTIONS=2"}, ""},
+	} {
+		var stderr consumertest.LogBuffer
+		ctx, cancel := context.WithCancel(context.Background())
+		environ := append([]string{"KAFKA_BOOTSTRAP_SERVERS=" + e.cluster.Bootstrap, "DATABASE_URL=" + tc.url, "HTTP_ADDR=127.0.0.1:0"}, tc.extra...)
+		exit := make(chan int, 1)
+		go func() { exit <- consumer.Main(ctx, environ, &stderr, "127.0.0.1:0", probeService(long...)) }()
+		deadline := time.Now().Add(30 * time.Second)
+		for !strings.Contains(stderr.String(), `"consumer started"`) { // after the measure
+			if time.Now().After(deadline) {
+				cancel()
+				t.Fatalf("%s: not started in 30 s; stderr:\n%s", tc.name, stderr.String())
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		cancel()
+		if code := <-exit; code != consumer.ExitOK {
+			t.Fatalf("%s: exit %d; stderr:\n%s", tc.name, code, stderr.String())
+		}
+		measured := strings.Contains(stderr.String(), "database distance measured")
+		switch {
+		case tc.want == "" && measured:
+			t.Errorf("%s: the distance moved a knob the operator set:\n%s", tc.name, stderr.String())
+		case tc.want != "" && !strings.Contains(stderr.String(), tc.want):
+			t.Errorf("%s: want %s in the distance's line; stderr:\n%s", tc.name, tc.want, stderr.String())
+		}
 	}
 }
 

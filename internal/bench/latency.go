@@ -196,3 +196,14 @@ type sleeper interface {
 	until(at time.Time)
 	close()
 }
+
+// LatencyProxy puts target rtt away for another package's tests (a
+// consumer's view of a database a millisecond off): the proxy's address,
+// and the function that stops it.
+func LatencyProxy(target string, rtt time.Duration) (addr string, stop func() error, err error) {
+	p, err := startLatencyProxy(target, rtt)
+	if err != nil {
+		return "", nil, err
+	}
+	return p.Addr(), p.Close, nil
+}

@@ -1,0 +1,84 @@
+package consumer
+
+import (
+	"context"
+	"database/sql"
+	"time"
+)
+
+// How far PostgreSQL is decides two defaults (DESIGN.md, "Scheduling").
+// A transaction of messages is a chain of about six round trips (BEGIN,
+// Read, the marks, Write's statements, COMMIT), each waited for. On one
+// machine they cost little and two lanes keep the cores busy; a
+// millisecond away they are a fifth of a lane's time, and with two lanes
+// the machine idled a fifth of a backlog's run. Three lanes of up to 512
+// messages a partition carried 9–18 % more events a second there, at
+// the same or less CPU per event (bench/README.md, session 15); on
+// loopback the same knobs cost crm a fifth more of its own CPU per event
+// (a larger live heap for the collector to scan) for no more events a
+// second. So when neither CONSUMER_TRANSACTIONS nor CONSUMER_BATCH_SIZE
+// is set, Run measures the round trip before it consumes, and a database
+// farRoundTrip or more away gets farTransactions lanes of farBatchSize.
+const (
+	farRoundTrip    = 500 * time.Microsecond
+	farTransactions = 3
+	farBatchSize    = 512
+	// distancePings: the least of this many pings is the distance, less
+	// the waits of a busy machine (a ping on loopback takes 0.03–0.06 ms
+	// at best, up to milliseconds on two busy cores).
+	distancePings = 5
+)
+
+// roundTrip is the shortest of distancePings pings of db.
+func roundTrip(ctx context.Context, db *sql.DB) (time.Duration, error) {
+	best := time.Duration(-1)
+	for range distancePings {
+		pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		t0 := time.Now()
+		err := db.PingContext(pctx)
+		d := time.Since(t0)
+		cancel()
+		if err != nil {
+			return 0, err
+		}
+		if best < 0 || d < best {
+			best = d
+		}
+	}
+	return best, nil
+}
+
+// lanesFor is how many transactions run at once and how many messages of
+// a partition each takes, for cfg and a database rtt away.
+func lanesFor(cfg Config, rtt time.Duration) (transactions, batch int) {
+	if !cfg.FollowDistance || rtt < farRoundTrip {
+		return cfg.Transactions, cfg.BatchSize
+	}
+	return max(cfg.Transactions, farTransactions), min(max(cfg.BatchSize, farBatchSize), MaxBatchSize)
+}
+
+// followDistance sets the lanes and the batch size for the database's
+// distance (lanesFor) and says so. Run calls it before any worker or
+// re-drive asks the scheduler for a lane.
+func (r *Runtime) followDistance(ctx context.Context) {
+	if !r.cfg.FollowDistance {
+		return
+	}
+	rtt, err := roundTrip(ctx, r.db)
+	if err != nil {
+		if ctx.Err() == nil {
+			r.log.Warn().Err(err).Int("transactions", r.cfg.Transactions).Int("batch_size", r.cfg.BatchSize).
+				Msg("the database's round trip could not be measured: the defaults for a near one stay")
+		}
+		return
+	}
+	n, b := lanesFor(r.cfg, rtt)
+	if n != r.cfg.Transactions || b != r.cfg.BatchSize {
+		r.cfg.Transactions, r.cfg.BatchSize = n, b
+		r.cfg.QueueSize = max(r.cfg.QueueSize, b)
+		r.sched = newScheduler(n, sharedLimit*b, r.cfg.TransactionBytes)
+	}
+	r.log.Info().Float64("round_trip_ms", float64(rtt.Microseconds())/1000).
+		Int("transactions", n).Int("batch_size", b).Bool("far", rtt >= farRoundTrip).
+		Msg("database distance measured: the transactions at once and their batch size follow it (set CONSUMER_TRANSACTIONS or CONSUMER_BATCH_SIZE to choose them)")
+}
