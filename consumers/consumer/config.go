@@ -256,12 +256,13 @@ func ConfigFromEnv(environ []string, defaultHTTP string) (Config, error) {
 	// The two knobs that CONSUMER_TRANSACTIONS replaced: the shared lanes
 	// carry over, the cap on a partition's own transactions has no meaning
 	// left (every transaction takes a lane).
+	legacyLanes := false
 	if v, ok := env["CONSUMER_SHARED_TRANSACTIONS"]; ok {
 		if _, set := env["CONSUMER_TRANSACTIONS"]; set {
 			c.Warnings = append(c.Warnings, "CONSUMER_SHARED_TRANSACTIONS is ignored: CONSUMER_TRANSACTIONS, which replaced it, is set")
 		} else {
 			if n, err := strconv.Atoi(v); err == nil && n >= 1 {
-				c.Transactions = n
+				c.Transactions, legacyLanes = n, true
 			}
 			c.Warnings = append(c.Warnings, "CONSUMER_SHARED_TRANSACTIONS is now CONSUMER_TRANSACTIONS (taken as it when ≥ 1)")
 		}
@@ -279,7 +280,7 @@ func ConfigFromEnv(environ []string, defaultHTTP string) (Config, error) {
 			}
 		}
 	}
-	c.FollowDistance = env["CONSUMER_TRANSACTIONS"] == "" && env["CONSUMER_SHARED_TRANSACTIONS"] == "" && env["CONSUMER_BATCH_SIZE"] == ""
+	c.FollowDistance = env["CONSUMER_TRANSACTIONS"] == "" && env["CONSUMER_BATCH_SIZE"] == "" && !legacyLanes
 	if c.BatchSize > MaxBatchSize {
 		fail("CONSUMER_BATCH_SIZE", fmt.Errorf("is above %d", MaxBatchSize))
 	}

@@ -34,6 +34,12 @@ func TestConfigFromEnv(t *testing.T) {
 				t.Errorf("%s: FollowDistance %v, %v; want the operator's choice kept", kv, c.FollowDistance, err)
 			}
 		}
+		// Empty is unset; an old variable that is not taken chooses nothing.
+		for _, kv := range []string{"CONSUMER_TRANSACTIONS=", "CONSUMER_SHARED_TRANSACTIONS=0"} {
+			if c, err := ConfigFromEnv(append(base, kv), ""); err != nil || !c.FollowDistance {
+				t.Errorf("%s: FollowDistance %v, %v; want the distance followed", kv, c.FollowDistance, err)
+			}
+		}
 	})
 	t.Run("a queue of less than two batches warns", func(t *testing.T) {
 		c, err := ConfigFromEnv(append(base, "CONSUMER_QUEUE_SIZE=256"), "")

@@ -79,6 +79,6 @@ func (r *Runtime) followDistance(ctx context.Context) {
 		r.sched = newScheduler(n, sharedLimit*b, r.cfg.TransactionBytes)
 	}
 	r.log.Info().Float64("round_trip_ms", float64(rtt.Microseconds())/1000).
-		Int("transactions", n).Int("batch_size", b).Bool("far", rtt >= farRoundTrip).
+		Int("transactions", r.sched.lanes).Int("batch_size", r.cfg.BatchSize).Int("queue_size", r.cfg.QueueSize).Bool("far", rtt >= farRoundTrip).
 		Msg("database distance measured: the transactions at once and their batch size follow it (set CONSUMER_TRANSACTIONS or CONSUMER_BATCH_SIZE to choose them)")
 }

@@ -19,6 +19,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync"
 )
 
 // lowest is the lowest port handed out: above the well-known and most
@@ -29,15 +30,31 @@ const lowest = 20000
 // rangeFile holds the kernel's ephemeral range, "32768\t60999" by default.
 const rangeFile = "/proc/sys/net/ipv4/ip_local_port_range"
 
-// Loopback returns a port on 127.0.0.1 that was free a moment ago, from
-// below the ephemeral range when there is room there, else one the kernel
-// picks.
+// given are the ports this process handed out: a server started with one
+// binds it later, so a second call must not hand it out again meanwhile.
+var given struct {
+	sync.Mutex
+	ports map[int]bool
+}
+
+// Loopback returns a port on 127.0.0.1 that was free a moment ago and not
+// handed out before by this process, from below the ephemeral range when
+// there is room there, else one the kernel picks.
 func Loopback() (int, error) {
+	given.Lock()
+	defer given.Unlock()
+	if given.ports == nil {
+		given.ports = map[int]bool{}
+	}
 	if hi := ephemeralLow(); hi-lowest >= 1000 {
 		for range 64 {
 			p := lowest + rand.IntN(hi-lowest)
+			if given.ports[p] {
+				continue
+			}
 			if l, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(p)); err == nil {
 				l.Close()
+				given.ports[p] = true
 				return p, nil
 			}
 		}
