@@ -12,13 +12,14 @@ import (
 // machine they cost little and two lanes keep the cores busy; a
 // millisecond away they are a fifth of a lane's time, and with two lanes
 // the machine idled a fifth of a backlog's run. Three lanes of up to 512
-// messages a partition carried 9–18 % more events a second there, at
-// the same or less CPU per event (bench/README.md, session 15); on
-// loopback the same knobs cost crm a fifth more of its own CPU per event
-// (a larger live heap for the collector to scan) for no more events a
-// second. So when neither CONSUMER_TRANSACTIONS nor CONSUMER_BATCH_SIZE
-// is set, Run measures the round trip before it consumes, and a database
-// farRoundTrip or more away gets farTransactions lanes of farBatchSize.
+// messages a partition carried 2–14 % more events a second there and
+// used 80–92 % of what the cores allowed against 73–81 % (bench/README.md,
+// session 15); they cost crm a fifth more of its own CPU per event (a
+// larger live heap for the collector to scan), which on loopback buys
+// no more events a second. So when neither CONSUMER_TRANSACTIONS nor
+// CONSUMER_BATCH_SIZE is set, Run measures the round trip before it
+// consumes, and a database farRoundTrip or more away gets
+// farTransactions lanes of farBatchSize.
 const (
 	farRoundTrip    = 500 * time.Microsecond
 	farTransactions = 3
