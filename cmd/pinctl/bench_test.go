@@ -16,8 +16,10 @@ import (
 
 // TestBenchEndToEnd runs `pinctl bench` as `make bench` does — its own
 // durable PostgreSQL, the in-process broker, the real consumer binary as a
-// child process — with a tiny N on one consumer, and checks that every
-// measure was taken and written. It asserts no speed. --sql-time, the bound
+// child process — with a small N on one consumer, and checks that every
+// measure was taken and written (N = 5,000: a max run of a few hundred
+// milliseconds, long enough for /proc's CPU ticks; 300 events took 30 ms
+// once the group started from committed offsets). It asserts no speed. --sql-time, the bound
 // of the pgbench SQL limit that was removed, is still accepted.
 func TestBenchEndToEnd(t *testing.T) {
 	if testing.Short() {
@@ -28,7 +30,7 @@ func TestBenchEndToEnd(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, filepath.Join(bin, "pinctl"), "bench",
-		"--events", "300", "--only", "rewards", "--paced", "2s", "--paced-rate", "150", "--sql-time", "10s", "--results", results)
+		"--events", "5000", "--only", "rewards", "--paced", "2s", "--paced-rate", "150", "--sql-time", "10s", "--results", results)
 	cmd.Env = benchEnv()
 	runExpecting(t, cmd,
 		"═══ rewards",
@@ -43,8 +45,8 @@ func TestBenchEndToEnd(t *testing.T) {
 	)
 
 	r := oneBenchRun(t, results).Consumers[0]
-	if r.Service != "rewards" || r.Events != 300 {
-		t.Errorf("service %q events %d, want rewards 300", r.Service, r.Events)
+	if r.Service != "rewards" || r.Events != 5000 {
+		t.Errorf("service %q events %d, want rewards 5000", r.Service, r.Events)
 	}
 	marks := 0
 	for _, n := range r.Consumer.Outcomes {
