@@ -266,6 +266,26 @@ func (r *Runtime) consumerConfig() kafka.ConfigMap {
 // are committed to Kafka, and Run returns nil. It returns an error for a
 // fatal Kafka error or a setup failure.
 func (r *Runtime) Run(ctx context.Context) error {
+	// The HTTP endpoints first: a taken HTTP_ADDR fails the start at once
+	// (not after the broker's checks), /healthz and /metrics answer while
+	// the broker and the database are checked, and /readyz says the
+	// member is not in its group yet. They close last.
+	if r.cfg.HTTPAddr != "" {
+		ln, err := net.Listen("tcp", r.cfg.HTTPAddr)
+		if err != nil {
+			return &ConfigError{Var: "HTTP_ADDR", Err: err}
+		}
+		r.httpAddr.Store(ln.Addr().String())
+		srv := &http.Server{Handler: r.httpHandler(), ReadHeaderTimeout: 5 * time.Second}
+		served := make(chan struct{})
+		go func() { defer close(served); _ = srv.Serve(ln) }()
+		defer func() {
+			sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			defer cancel()
+			_ = srv.Shutdown(sctx)
+			<-served
+		}()
+	}
 	// Brokers that refuse the credentials or the TLS handshake would
 	// otherwise be retried in silence: one clear error, and the process
 	// exits.
@@ -309,26 +329,8 @@ func (r *Runtime) Run(ctx context.Context) error {
 		return err
 	}
 
-	var bg sync.WaitGroup
-	bgCtx, stopBG := context.WithCancel(context.WithoutCancel(ctx))
-	defer func() { stopBG(); bg.Wait() }()
-	if r.cfg.HTTPAddr != "" {
-		ln, err := net.Listen("tcp", r.cfg.HTTPAddr)
-		if err != nil {
-			return &ConfigError{Var: "HTTP_ADDR", Err: err}
-		}
-		r.httpAddr.Store(ln.Addr().String())
-		srv := &http.Server{Handler: r.httpHandler(), ReadHeaderTimeout: 5 * time.Second}
-		bg.Add(2)
-		go func() { defer bg.Done(); _ = srv.Serve(ln) }()
-		go func() {
-			defer bg.Done()
-			<-bgCtx.Done()
-			sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-			defer cancel()
-			_ = srv.Shutdown(sctx)
-		}()
-	}
+	var bg sync.WaitGroup // the re-driver and the gauges, which end with ctx
+	defer bg.Wait()
 	// Nothing is consumed, and nothing parked re-driven, before the
 	// database has the schema this binary was built for.
 	if !r.awaitSchema(ctx) {

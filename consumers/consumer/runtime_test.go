@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"net"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -25,6 +26,7 @@ import (
 	"github.com/pin-platform/pin/consumers/consumer/consumertest"
 	"github.com/pin-platform/pin/consumers/kafkatest"
 	"github.com/pin-platform/pin/internal/bench"
+	"github.com/pin-platform/pin/internal/freeport"
 	"github.com/pin-platform/pin/migrate/pgtest"
 )
 
@@ -835,6 +837,63 @@ func TestAHandlerReportedDuplicateIsMarked(t *testing.T) {
 	e.waitCommitted(1)
 	if n := e.count(`SELECT count(*) FROM processed_messages WHERE idempotency_key = $1 AND outcome = 'skipped-duplicate'`, "probe:"+id.String()); n != 1 {
 		t.Fatalf("marks with outcome skipped-duplicate = %d, want 1", n)
+	}
+}
+
+// The HTTP endpoints come first: while the broker is still being checked
+// (here: nothing listens at its address), /healthz answers and /readyz
+// says the member is not in its group; a taken HTTP_ADDR fails the start
+// at once with exit 2, not after the broker's 30 s.
+func TestHTTPServesBeforeTheBrokerIsChecked(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	noBroker, err := freeport.Addr()
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr, err := freeport.Addr()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stderr consumertest.LogBuffer
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	environ := []string{"KAFKA_BOOTSTRAP_SERVERS=" + noBroker, "DATABASE_URL=" + e.url, "HTTP_ADDR=" + addr}
+	exit := make(chan int, 1)
+	go func() { exit <- consumer.Main(ctx, environ, &stderr, "127.0.0.1:0", probeService(long...)) }()
+	get := func(path string) int {
+		resp, err := http.Get("http://" + addr + path)
+		if err != nil {
+			return 0
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for get("/healthz") != http.StatusOK {
+		if time.Now().After(deadline) {
+			t.Fatalf("/healthz did not answer in 10 s while the broker was checked; stderr:\n%s", stderr.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if code := get("/readyz"); code != http.StatusServiceUnavailable {
+		t.Errorf("/readyz %d before the member joined, want 503", code)
+	}
+	cancel()
+	<-exit
+
+	// The address taken: exit 2 at once, naming HTTP_ADDR.
+	held, err := net.Listen("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Close()
+	// Behind the broker's check it would end with exit 1 and the broker's
+	// error, 30 s later.
+	var taken consumertest.LogBuffer
+	code := consumer.Main(context.Background(), environ, &taken, "127.0.0.1:0", probeService(long...))
+	if code != consumer.ExitConfig || !strings.Contains(taken.String(), "HTTP_ADDR") {
+		t.Fatalf("HTTP_ADDR taken: exit %d, want %d naming HTTP_ADDR; stderr:\n%s", code, consumer.ExitConfig, taken.String())
 	}
 }
 
