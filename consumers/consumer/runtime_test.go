@@ -840,6 +840,39 @@ func TestAHandlerReportedDuplicateIsMarked(t *testing.T) {
 	}
 }
 
+// mainProcess is consumer.Main of the probe service running in the test,
+// as a process runs it.
+type mainProcess struct {
+	stderr consumertest.LogBuffer
+	cancel context.CancelFunc
+	exit   chan int
+}
+
+// startMain runs consumer.Main with environ until stop, and, when until is
+// not empty, waits (30 s at most) for a log line holding it.
+func startMain(t *testing.T, environ []string, until string) *mainProcess {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	m := &mainProcess{cancel: cancel, exit: make(chan int, 1)}
+	t.Cleanup(cancel)
+	go func() { m.exit <- consumer.Main(ctx, environ, &m.stderr, "127.0.0.1:0", probeService(long...)) }()
+	deadline := time.Now().Add(30 * time.Second)
+	for until != "" && !strings.Contains(m.stderr.String(), until) {
+		if time.Now().After(deadline) {
+			cancel()
+			t.Fatalf("no %s in 30 s; stderr:\n%s", until, m.stderr.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return m
+}
+
+// stop ends the process as SIGTERM does and returns its exit code.
+func (m *mainProcess) stop() int {
+	m.cancel()
+	return <-m.exit
+}
+
 // The HTTP endpoints come first: while the broker is still being checked
 // (here: nothing listens at its address), /healthz answers and /readyz
 // says the member is not in its group; a taken HTTP_ADDR fails the start
@@ -855,12 +888,8 @@ func TestHTTPServesBeforeTheBrokerIsChecked(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var stderr consumertest.LogBuffer
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
 	environ := []string{"KAFKA_BOOTSTRAP_SERVERS=" + noBroker, "DATABASE_URL=" + e.url, "HTTP_ADDR=" + addr}
-	exit := make(chan int, 1)
-	go func() { exit <- consumer.Main(ctx, environ, &stderr, "127.0.0.1:0", probeService(long...)) }()
+	m := startMain(t, environ, "")
 	get := func(path string) int {
 		resp, err := http.Get("http://" + addr + path)
 		if err != nil {
@@ -872,15 +901,14 @@ func TestHTTPServesBeforeTheBrokerIsChecked(t *testing.T) {
 	deadline := time.Now().Add(10 * time.Second)
 	for get("/healthz") != http.StatusOK {
 		if time.Now().After(deadline) {
-			t.Fatalf("/healthz did not answer in 10 s while the broker was checked; stderr:\n%s", stderr.String())
+			t.Fatalf("/healthz did not answer in 10 s while the broker was checked; stderr:\n%s", m.stderr.String())
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
 	if code := get("/readyz"); code != http.StatusServiceUnavailable {
 		t.Errorf("/readyz %d before the member joined, want 503", code)
 	}
-	cancel()
-	<-exit
+	m.stop()
 
 	// The address taken: exit 2 at once, naming HTTP_ADDR.
 	held, err := net.Listen("tcp", addr)
@@ -925,29 +953,18 @@ func TestTheLanesFollowTheDatabasesDistance(t *testing.T) {
 		{"far", far.String(), nil, `"transactions":3,"batch_size":512,"queue_size":512,"far":true`},
 		{"far, chosen", far.String(), []string{"CONSUMER_TRANSACTIONS=2"}, ""},
 	} {
-		var stderr consumertest.LogBuffer
-		ctx, cancel := context.WithCancel(context.Background())
 		environ := append([]string{"KAFKA_BOOTSTRAP_SERVERS=" + e.cluster.Bootstrap, "DATABASE_URL=" + tc.url, "HTTP_ADDR=127.0.0.1:0"}, tc.extra...)
-		exit := make(chan int, 1)
-		go func() { exit <- consumer.Main(ctx, environ, &stderr, "127.0.0.1:0", probeService(long...)) }()
-		deadline := time.Now().Add(30 * time.Second)
-		for !strings.Contains(stderr.String(), `"consumer started"`) { // after the measure
-			if time.Now().After(deadline) {
-				cancel()
-				t.Fatalf("%s: not started in 30 s; stderr:\n%s", tc.name, stderr.String())
-			}
-			time.Sleep(20 * time.Millisecond)
+		m := startMain(t, environ, `"consumer started"`) // after the measure
+		if code := m.stop(); code != consumer.ExitOK {
+			t.Fatalf("%s: exit %d; stderr:\n%s", tc.name, code, m.stderr.String())
 		}
-		cancel()
-		if code := <-exit; code != consumer.ExitOK {
-			t.Fatalf("%s: exit %d; stderr:\n%s", tc.name, code, stderr.String())
-		}
-		measured := strings.Contains(stderr.String(), "database distance measured")
+		stderr := m.stderr.String()
+		measured := strings.Contains(stderr, "database distance measured")
 		switch {
 		case tc.want == "" && measured:
-			t.Errorf("%s: the distance moved a knob the operator set:\n%s", tc.name, stderr.String())
-		case tc.want != "" && !strings.Contains(stderr.String(), tc.want):
-			t.Errorf("%s: want %s in the distance's line; stderr:\n%s", tc.name, tc.want, stderr.String())
+			t.Errorf("%s: the distance moved a knob the operator set:\n%s", tc.name, stderr)
+		case tc.want != "" && !strings.Contains(stderr, tc.want):
+			t.Errorf("%s: want %s in the distance's line; stderr:\n%s", tc.name, tc.want, stderr)
 		}
 	}
 }
@@ -958,24 +975,12 @@ func TestTheLanesFollowTheDatabasesDistance(t *testing.T) {
 func TestMainLogsEachFieldOnce(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	var stderr consumertest.LogBuffer
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
 	environ := []string{"KAFKA_BOOTSTRAP_SERVERS=" + e.cluster.Bootstrap, "DATABASE_URL=" + e.url, "HTTP_ADDR=127.0.0.1:0"}
-	exit := make(chan int, 1)
-	go func() { exit <- consumer.Main(ctx, environ, &stderr, "127.0.0.1:0", probeService(long...)) }()
-	deadline := time.Now().Add(30 * time.Second)
-	for !strings.Contains(stderr.String(), `"partitions assigned"`) {
-		if time.Now().After(deadline) {
-			t.Fatalf("no assignment in 30 s; stderr:\n%s", stderr.String())
-		}
-		time.Sleep(20 * time.Millisecond)
+	m := startMain(t, environ, `"partitions assigned"`)
+	if code := m.stop(); code != consumer.ExitOK {
+		t.Fatalf("exit %d; stderr:\n%s", code, m.stderr.String())
 	}
-	cancel()
-	if code := <-exit; code != consumer.ExitOK {
-		t.Fatalf("exit %d; stderr:\n%s", code, stderr.String())
-	}
-	lines := strings.Split(strings.TrimSpace(stderr.String()), "\n")
+	lines := strings.Split(strings.TrimSpace(m.stderr.String()), "\n")
 	if len(lines) < 3 {
 		t.Fatalf("want at least started, assigned, stopped; got %q", lines)
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"sync"
 	"time"
@@ -96,20 +97,20 @@ func brokerOnly(ctx context.Context, brokers, group, topic string, n int, overri
 // new group meets once in its life; measured from the assignment, it was
 // 3–4 % of a rewards run of 100,000 events and made the rate depend on N.
 func commitStart(brokers, group, topic string, partitions int) error {
-	c, err := kafka.NewConsumer(kafkaenv.Client(brokers, kafka.ConfigMap{"group.id": group, "enable.auto.commit": false}))
+	w, err := newOffsetWatcher(brokers, group, topic, partitions)
 	if err != nil {
 		return err
 	}
-	defer kafkaenv.CloseConsumer(c)
-	tps := make([]kafka.TopicPartition, partitions)
-	for p := range tps {
-		lo, _, err := c.QueryWatermarkOffsets(topic, int32(p), 5000)
+	defer w.close()
+	tps := slices.Clone(w.tps)
+	for i := range tps {
+		lo, _, err := w.c.QueryWatermarkOffsets(topic, tps[i].Partition, 5000)
 		if err != nil {
-			return fmt.Errorf("%s [%d]: low watermark: %w", topic, p, err)
+			return fmt.Errorf("%s [%d]: low watermark: %w", topic, tps[i].Partition, err)
 		}
-		tps[p] = kafka.TopicPartition{Topic: &topic, Partition: int32(p), Offset: kafka.Offset(lo)}
+		tps[i].Offset = kafka.Offset(lo)
 	}
-	got, err := c.CommitOffsets(tps)
+	got, err := w.c.CommitOffsets(tps)
 	if err != nil {
 		return fmt.Errorf("commit the first offsets of %s for group %s: %w", topic, group, err)
 	}
