@@ -100,7 +100,18 @@ func runChecked(t *testing.T, o Options, timeout time.Duration) *Result {
 // server connections per service for two processes' pools) with the
 // default settings, the statement cache on: every effect must match the
 // model, exactly once, and only the poison in the DLQ.
-func TestBehindPgBouncer(t *testing.T) {
+func TestBehindPgBouncer(t *testing.T) { behindPgBouncer(t, nil) }
+
+// TestBehindPgBouncerWithAFarDatabasesLanes is the same with the lanes a
+// database 0.5 ms or more away gets (three transactions of up to 512
+// messages a partition, distance.go), set: seven connections' worth of
+// work per process (three lanes, the re-driver, mark checks) through four
+// server connections per service.
+func TestBehindPgBouncerWithAFarDatabasesLanes(t *testing.T) {
+	behindPgBouncer(t, []string{"CONSUMER_TRANSACTIONS=3", "CONSUMER_BATCH_SIZE=512"})
+}
+
+func behindPgBouncer(t *testing.T, env []string) {
 	if _, err := localpg.PgBouncerPath(); err != nil {
 		if os.Getenv("CI") == "true" {
 			t.Fatal(err)
@@ -111,6 +122,7 @@ func TestBehindPgBouncer(t *testing.T) {
 	o.Seed, o.Events, o.Rate = 26, 2000, 200
 	o.Faults = Faults{}
 	o.Pooler = true
+	o.Env = env
 	o.Keep = true // for the consumers' logs
 	o.RetryWindow, o.Timeout = 8*time.Second, 4*time.Minute
 	res := runChecked(t, o, 6*time.Minute)
