@@ -13,6 +13,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"io"
 	"net/url"
 	"os"
 	"os/exec"
@@ -140,16 +141,35 @@ func Start(ctx context.Context, dir string, opts Options) (*Server, error) {
 		s.port = port
 		return s, s.wait(ctx)
 	}
-	s.port = opts.Port
-	if s.port == 0 {
-		if s.port, err = freeport.Loopback(); err != nil {
+	// A port this process picked can still be taken by another process
+	// (a test binary running beside this one) before the server binds it:
+	// then it starts again on another.
+	for attempt := 1; ; attempt++ {
+		s.port = opts.Port
+		if s.port == 0 {
+			if s.port, err = pickPort(); err != nil {
+				return nil, err
+			}
+		}
+		logPath := filepath.Join(dir, "server.log")
+		logged := fileSize(logPath)
+		err = s.run(ctx, "pg_ctl", "start", "-w", "-t", "60", "-D", dir, "-l", logPath, "-o", strings.Join(s.conf(opts), " "))
+		if err == nil {
+			break
+		}
+		if opts.Port != 0 || attempt == bindAttempts || !portTaken(logPath, logged) {
 			return nil, err
 		}
 	}
+	return s, s.wait(ctx)
+}
+
+// conf is the server's command line: its defaults, then opts.Settings.
+func (s *Server) conf(opts Options) []string {
 	conf := []string{
 		"-c listen_addresses=127.0.0.1",
 		"-p " + strconv.Itoa(s.port),
-		"-k " + dir, // unix socket beside the data, never in a shared /var/run
+		"-k " + s.dir, // unix socket beside the data, never in a shared /var/run
 		"-c max_connections=200",
 	}
 	if !opts.Durable {
@@ -158,11 +178,39 @@ func Start(ctx context.Context, dir string, opts Options) (*Server, error) {
 	for _, kv := range opts.Settings {
 		conf = append(conf, "-c "+kv)
 	}
-	if err := s.run(ctx, "pg_ctl", "start", "-w", "-t", "60", "-D", dir,
-		"-l", filepath.Join(dir, "server.log"), "-o", strings.Join(conf, " ")); err != nil {
-		return nil, err
+	return conf
+}
+
+// pickPort picks the port of a server Start starts (a variable: a test
+// makes its first pick a taken one).
+var pickPort = freeport.Loopback
+
+// bindAttempts is how many ports Start tries when the one it picked was
+// taken before the server bound it.
+const bindAttempts = 3
+
+// portTaken says whether the log at path, from offset from on, says the
+// server could not listen because its port was in use.
+func portTaken(path string, from int64) bool {
+	f, err := os.Open(path)
+	if err != nil {
+		return false
 	}
-	return s, s.wait(ctx)
+	defer f.Close()
+	if _, err := f.Seek(from, io.SeekStart); err != nil {
+		return false
+	}
+	b, err := io.ReadAll(io.LimitReader(f, 1<<20))
+	return err == nil && strings.Contains(string(b), "Address already in use")
+}
+
+// fileSize is the size of the file at path, 0 when there is none.
+func fileSize(path string) int64 {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return 0
+	}
+	return fi.Size()
 }
 
 // URL is the server's connection URL for database db.

@@ -3,10 +3,13 @@ package localpg
 import (
 	"context"
 	"database/sql"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/pin-platform/pin/internal/freeport"
 )
 
 // Settings reach the server's command line; one that the shell of pg_ctl
@@ -59,5 +62,65 @@ func TestLibDir(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(d, "plpgsql.so")); err != nil {
 		t.Fatalf("LibDir %s has no plpgsql.so: %v", d, err)
+	}
+}
+
+// A port Start picked that another process takes before the server binds
+// it (a test binary beside this one) costs a retry on another port, not
+// the start: here the first pick is a port a listener holds.
+func TestStartMovesOffATakenPort(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts PostgreSQL")
+	}
+	if _, err := BinDir(); err != nil {
+		t.Skip(err)
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	taken := l.Addr().(*net.TCPAddr).Port
+	picks := 0
+	pickPort = func() (int, error) {
+		picks++
+		if picks == 1 {
+			return taken, nil
+		}
+		return freeport.Loopback()
+	}
+	defer func() { pickPort = freeport.Loopback }()
+
+	work, err := MkdirTemp("localpg-test-*")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(work)
+	ctx := context.Background()
+	srv, err := Start(ctx, filepath.Join(work, "pg"), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		if err := srv.Stop(); err != nil {
+			t.Error(err)
+		}
+	}()
+	if srv.Port() == taken || picks != 2 {
+		t.Fatalf("server on port %d after %d picks, want another than the taken %d after 2", srv.Port(), picks, taken)
+	}
+	ping(t, srv.URL("postgres"))
+
+}
+
+func ping(t *testing.T, url string) {
+	t.Helper()
+	db, err := sql.Open("postgres", url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	if err := db.Ping(); err != nil {
+		t.Fatalf("%s: %v", url, err)
 	}
 }
