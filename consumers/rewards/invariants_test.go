@@ -11,6 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/pin-platform/pin/consumers/consumer"
+	"github.com/pin-platform/pin/consumers/consumer/consumertest"
 	"github.com/pin-platform/pin/consumers/kafkatest"
 	"github.com/pin-platform/pin/consumers/servicetest"
 	"github.com/pin-platform/pin/ent"
@@ -230,7 +231,7 @@ func TestConcurrentCreateOfSameBondIsDecidedAgain(t *testing.T) {
 	kafkatest.Eventually(t, 10*time.Second, func() bool {
 		var n int
 		err := db.QueryRowContext(ctx, `SELECT count(*) FROM pg_stat_activity
-			WHERE datname = current_database() AND wait_event_type = 'Lock' AND query LIKE 'INSERT INTO "referral_bond_replicas"%'`).Scan(&n)
+			WHERE datname = current_database() AND wait_event_type = 'Lock' AND query LIKE '%INSERT INTO "referral_bond_replicas"%'`).Scan(&n)
 		return err == nil && n == 1
 	}, "the second insert waits for the first transaction")
 	if err := first.Commit(); err != nil {
@@ -300,4 +301,68 @@ func message(t *testing.T, ev event) *consumer.Message {
 		t.Fatal(err)
 	}
 	return &consumer.Message{Envelope: env, Topic: Topic, Key: []byte(ev.key)}
+}
+
+// A rebind in one transaction — the committed Active bond of a referred
+// user closed, its successor created — is written with one statement, the
+// close before the insert: the successor takes the single-active index's
+// place the close left. The test fails when the writer sends more than one
+// statement, or when the insert meets the old Active row (an insert before
+// the update: a unique violation).
+func TestARebindIsWrittenInOneStatementCloseFirst(t *testing.T) {
+	t.Parallel()
+	_, db, _ := pgtest.NewClient(t)
+	client, sent := consumertest.NewStatementsClient(db)
+	ctx := context.Background()
+	user := uuid.New()
+	old, next := newBond(user), newBond(user)
+	h := &handler{m: newMetrics(prometheus.NewRegistry()), lag: newSyncedLag()}
+
+	tx, err := client.Tx(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out, err := handleInTx(ctx, tx, h.bondCreated, message(t, created(old, 1, baseTime))); err != nil || out != OutcomeCreated {
+		t.Fatalf("the first bond: %q, %v", out, err)
+	}
+	if err := tx.Commit(); err != nil {
+		t.Fatal(err)
+	}
+
+	msgs := []*consumer.Message{message(t, replaced(old, next, 2, baseTime)), message(t, created(next, 1, baseTime))}
+	tx, err = client.Tx(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback() }()
+	v, err := read(ctx, tx, msgs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out, err := h.bondClosed(ctx, v, msgs[0]); err != nil || out != OutcomeClosed {
+		t.Fatalf("closed: %q, %v", out, err)
+	}
+	if out, err := h.bondCreated(ctx, v, msgs[1]); err != nil || out != OutcomeCreated {
+		t.Fatalf("created: %q, %v", out, err)
+	}
+	sent.Start()
+	if err := write(ctx, tx, v); err != nil {
+		t.Fatalf("the writer: %v", err)
+	}
+	if writes := sent.Stop(); len(writes) != 1 {
+		t.Fatalf("the writer sent %d statements, want 1: %q", len(writes), writes)
+	}
+	if err := tx.Commit(); err != nil {
+		t.Fatalf("commit: %v", err)
+	}
+	got, err := ActiveBond(ctx, client, user)
+	if err != nil || got == nil || got.ID != next.ID {
+		t.Fatalf("ActiveBond = %v, %v; want %s", got, err, next.ID)
+	}
+	var status string
+	var version int64
+	if err := db.QueryRow(`SELECT status, replica_version FROM referral_bond_replicas WHERE bond_id = $1`, old.ID).Scan(&status, &version); err != nil ||
+		status != "Replaced" || version != 2 {
+		t.Fatalf("the old bond: %s v%d (%v), want Replaced v2", status, version, err)
+	}
 }
