@@ -11,6 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/pin-platform/pin/consumers/consumer"
+	"github.com/pin-platform/pin/consumers/consumer/consumertest"
 	"github.com/pin-platform/pin/consumers/servicetest"
 	"github.com/pin-platform/pin/ent"
 )
@@ -87,5 +88,50 @@ FROM generate_series(1, 2000) AS i`)
 	}
 	if seq != 0 || fetched > reads {
 		t.Fatalf("%d reads of one pair among 2,001 leads: %d sequential scans, %d rows fetched by index; want 0 and at most %d", reads, seq, fetched, reads)
+	}
+}
+
+// read resolves the pairs' leads and finds the messages' feed entries in
+// one round trip: the test fails when it sends more than one statement,
+// or misses the lead or the entry.
+func TestReadIsOneStatement(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	ctx := context.Background()
+	l := h.insertLead(StatusActive)
+	svc := New(prometheus.NewRegistry())
+	var msgs []*consumer.Message
+	for range 2 {
+		payload := fmt.Sprintf(`{"SelectionId": %q, "Action": "Shared", "AgentUserId": %q, "InvestorUserId": %q, "OccurredAt": "2026-12-01T10:00:00Z"}`,
+			uuid.NewString(), l.Agent, l.Investor)
+		m, err := servicetest.PayloadMessage(svc, EventType, "Selection", []byte(payload))
+		if err != nil {
+			t.Fatal(err)
+		}
+		msgs = append(msgs, m)
+	}
+	h.Exec(`INSERT INTO lead_events (lead_id, tenant_id, type, occurred_at, source_message_id, payload)
+		VALUES ($1, $2, 'SelectionAttached', now(), $3, '{}')`, l.ID, l.Tenant, msgs[1].MessageID)
+
+	client, sent := consumertest.NewStatementsClient(h.DB)
+	tx, err := client.Tx(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback() }()
+	sent.Start()
+	v, err := read(ctx, tx, msgs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if reads := sent.Stop(); len(reads) != 1 {
+		t.Fatalf("read sent %d statements, want 1: %q", len(reads), reads)
+	}
+	got := v.leads[pair{l.Agent, l.Investor}]
+	if got == nil || got.ID != l.ID || got.TenantID != l.Tenant || got.Status != StatusActive || got.RowVersion != 0 {
+		t.Fatalf("the pair's lead: %+v, want %+v, Active, row_version 0", got, l)
+	}
+	if len(v.inFeed) != 1 || v.inFeed[msgs[1].MessageID] != l.ID {
+		t.Fatalf("in the feed: %v, want only %s on lead %s", v.inFeed, msgs[1].MessageID, l.ID)
 	}
 }
