@@ -368,20 +368,18 @@ func TestAC5_RedeliveryAndReplayDuplicateNothing(t *testing.T) {
 // AC6: the lead leaves Active between its resolution and the write →
 // CRM_LEAD_NOT_ACTIVE, nothing appended; handled like a missing lead.
 func TestAC6_LeadLeavingActiveBeforeTheWriteAppendsNothing(t *testing.T) {
-	// Where production meets it (the lead moved before the writer locked
-	// it, read again under the lock), and where only a lost lock would let
-	// it happen (between that read and the update, which must catch it).
+	// Where production meets it: before the writer's first statement, or
+	// between the feed's insert (whose foreign-key checks take KEY SHARE,
+	// which an edit of the status does not wait for) and the lock.
 	for _, where := range []struct {
-		name       string
-		hook       *func(context.Context, uuid.UUID)
-		optimistic bool
+		name string
+		hook *func(context.Context, uuid.UUID)
 	}{
-		{"before the writer's lock", &testHookBeforeWriting, false},
-		{"after the locked read, the locks released", &testHookBeforeWrite, true},
+		{"before the writer's insert", &testHookBeforeWriting},
+		{"after the feed's insert, before the lock", &testHookBeforeClaim},
 	} {
 		t.Run(where.name, func(t *testing.T) {
 			h := newHarness(t)
-			h.optimistic = where.optimistic
 			hooks := newHooks(t, where.hook)
 			h.start(0, "")
 			at := micro(time.Now().Add(-time.Hour))
@@ -442,58 +440,79 @@ func TestAC6_LeadLeavingActiveBeforeTheWriteAppendsNothing(t *testing.T) {
 	}
 }
 
-// A concurrent edit of the lead (its row_version moved between the locked
-// read and the update, the locks released) is re-run at once in a fresh
-// transaction, 3 times, then dead-lettered as CRM_CONCURRENT_UPDATE.
+// A lead whose tenant changes at every attempt, between the feed's insert
+// and the writer's lock, is re-run at once in a fresh transaction, 3
+// times, re-reading the lead each time, then dead-lettered as
+// CRM_CONCURRENT_UPDATE (x-attempts 4) with nothing appended.
 func TestConcurrentEditOfTheLeadIsRetriedThenDeadLettered(t *testing.T) {
 	h := newHarness(t)
-	h.optimistic = true
-	hooks := newHooks(t, &testHookBeforeWrite)
+	hooks := newHooks(t, &testHookBeforeClaim)
 	h.start(0, "")
 	at := micro(time.Now().Add(-time.Hour))
-	bump := func(id uuid.UUID) {
-		h.execAsync(`UPDATE leads SET row_version = row_version + 1, updated_at = now() WHERE id = $1`, id)
+	l := h.insertLead("Active")
+	calls := hooks.always(l.ID, func() {
+		h.execAsync(`UPDATE leads SET tenant_id = gen_random_uuid(), row_version = row_version + 1, updated_at = now() WHERE id = $1`, l.ID)
+	})
+	e := newEvent(l, "Shared", at).on(4)
+	offs := h.produce(e)
+	ms := h.AwaitDLQ(1)
+	h.checkDeadLetter(ms[0], e, offs[0], CodeConcurrentUpdate.Name, 4)
+	h.waitCommitted(Group, 4, offs[0]+1)
+	if n := len(h.feedOf(l.ID)); n != 0 {
+		t.Fatalf("%d entries, want 0", n)
 	}
+	if n := calls(); n != 4 {
+		t.Fatalf("%d attempts reached the lock, want 4", n)
+	}
+	if s := h.leadState(l.ID); s.RowVersion != 4 || s.LastEventAt.Valid {
+		t.Fatalf("lead %+v: want row_version 4 (the edits' only), last_event_at NULL", s)
+	}
+	if n := h.retries("retry-now", CodeConcurrentUpdate); n != 3 {
+		t.Fatalf("%s{retry-now} = %v, want 3 (the 4th attempt is dead-lettered)", MetricRetries, n)
+	}
+}
 
-	t.Run("edited once: the re-read succeeds", func(t *testing.T) {
-		l := h.insertLead("Active")
-		hooks.once(l.ID, func() { bump(l.ID) })
-		e := newEvent(l, "Shared", at).on(0)
-		offs := h.produce(e)
-		h.waitOutcome(e.MessageID, "attached")
-		h.waitCommitted(Group, 0, offs[0]+1)
-		if rows := h.feed(e.MessageID); len(rows) != 1 || rows[0].LeadID != l.ID {
-			t.Fatalf("entries %+v, want one on %s", rows, l.ID)
+// An edit that holds the lead when the writer comes to lock it (another
+// lane's writer, the CRM's own edit) is waited for, and the writer takes
+// the lead as the edit left it: appended on the row_version moved, with
+// no retry. The test fails when the update misses a lead its lock had to
+// wait for (a condition the newest version never met).
+func TestAnEditHoldingTheLeadIsWaitedForAndTaken(t *testing.T) {
+	h := newHarness(t)
+	hooks := newHooks(t, &testHookBeforeClaim)
+	h.start(0, "")
+	at := micro(time.Now().Add(-time.Hour))
+	l := h.insertLead("Active")
+	holding := make(chan error, 1)
+	hooks.once(l.ID, func() {
+		tx, err := h.DB.Begin()
+		if err != nil {
+			holding <- err
+			return
 		}
-		if s := h.leadState(l.ID); s.RowVersion != 2 || !s.LastEventAt.Time.Equal(at) {
-			t.Fatalf("lead %+v: want row_version 2 (the edit's and ours), last_event_at %s", s, at)
+		if _, err := tx.Exec(`UPDATE leads SET row_version = row_version + 5, updated_at = now() WHERE id = $1`, l.ID); err != nil {
+			_ = tx.Rollback()
+			holding <- err
+			return
 		}
-		if n := h.retries("retry-now", CodeConcurrentUpdate); n != 1 {
-			t.Fatalf("%s{retry-now} = %v, want 1", MetricRetries, n)
-		}
+		go func() { // committed once the writer waits for it
+			time.Sleep(300 * time.Millisecond)
+			holding <- tx.Commit()
+		}()
 	})
-
-	t.Run("edited every time: DLQ with x-attempts 4", func(t *testing.T) {
-		l := h.insertLead("Active")
-		calls := hooks.always(l.ID, func() { bump(l.ID) })
-		e := newEvent(l, "Shared", at).on(4)
-		offs := h.produce(e)
-		ms := h.AwaitDLQ(1)
-		h.checkDeadLetter(ms[0], e, offs[0], CodeConcurrentUpdate.Name, 4)
-		h.waitCommitted(Group, 4, offs[0]+1)
-		if n := len(h.feedOf(l.ID)); n != 0 {
-			t.Fatalf("%d entries, want 0", n)
-		}
-		if n := calls(); n != 4 {
-			t.Fatalf("%d attempts reached the write, want 4", n)
-		}
-		if s := h.leadState(l.ID); s.RowVersion != 4 || s.LastEventAt.Valid {
-			t.Fatalf("lead %+v: want row_version 4 (the edits' only), last_event_at NULL", s)
-		}
-		if n := h.retries("retry-now", CodeConcurrentUpdate); n != 4 {
-			t.Fatalf("%s{retry-now} = %v, want 1 + 3", MetricRetries, n)
-		}
-	})
+	e := newEvent(l, "Shared", at).on(2)
+	offs := h.produce(e)
+	h.waitOutcome(e.MessageID, "attached")
+	h.waitCommitted(Group, 2, offs[0]+1)
+	if err := <-holding; err != nil {
+		t.Fatalf("the edit: %v", err)
+	}
+	if s := h.leadState(l.ID); s.RowVersion != 6 || !s.LastEventAt.Time.Equal(at) {
+		t.Fatalf("lead %+v: want row_version 6 (the edit's 5 and ours), last_event_at %s", s, at)
+	}
+	if n := h.retries("retry-now", CodeConcurrentUpdate); n != 0 {
+		t.Fatalf("%s{retry-now} = %v, want 0", MetricRetries, n)
+	}
 }
 
 // An edit of the lead after Read resolved it and before the writer locked

@@ -23,14 +23,6 @@ import (
 type harness struct {
 	*servicetest.Env
 	pub *recorder
-	// optimistic runs the consumer with the writer's lead locks released
-	// as soon as it has read the leads under them (Options.releaseLeadLocks):
-	// the lead may then move between that read and the update, which the
-	// update, conditioned on the row_version read and on status Active,
-	// must catch (spec step 5). Tests that move the lead there
-	// (testHookBeforeWrite) need it: in production the lead stays locked
-	// from that read to the commit, so it cannot move.
-	optimistic bool
 }
 
 func newHarness(t *testing.T) *harness {
@@ -44,7 +36,7 @@ func newHarness(t *testing.T) *harness {
 func (h *harness) start(scale float64, group string) *consumertest.Running {
 	h.T.Helper()
 	build := func(reg prometheus.Registerer) consumer.Service {
-		svc := Options{Publisher: h.pub.publish, releaseLeadLocks: h.optimistic}.New(reg)
+		svc := Options{Publisher: h.pub.publish}.New(reg)
 		if group != "" {
 			svc.Group = group
 		}
@@ -271,7 +263,7 @@ func (r *recorder) all() []LeadEventAdded {
 func micro(t time.Time) time.Time { return t.Truncate(time.Microsecond) }
 
 // hooks dispatches a writer's hook (testHookBeforeWriting,
-// testHookBeforeWrite) by lead.
+// testHookBeforeClaim) by lead.
 type hooks struct {
 	mu    sync.Mutex
 	by    map[uuid.UUID]func()
@@ -280,7 +272,7 @@ type hooks struct {
 }
 
 // newHooks installs hooks as the writer's hook at (&testHookBeforeWriting,
-// &testHookBeforeWrite) for the test. Tests that use it do not run in
+// &testHookBeforeClaim) for the test. Tests that use it do not run in
 // parallel: it is a package variable.
 func newHooks(t *testing.T, at *func(context.Context, uuid.UUID)) *hooks {
 	t.Helper()

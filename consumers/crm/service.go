@@ -48,9 +48,10 @@ var (
 	// resolves the pair's Active lead afresh.
 	CodeLeadNotActive = consumer.Code{Name: "CRM_LEAD_NOT_ACTIVE", Class: consumer.RetryLater,
 		Backoff: leadBackoff()}
-	// CodeConcurrentUpdate: the lead's row_version moved between the read
-	// and the write (optimistic lock). Re-run at once in a fresh
-	// transaction 3 times (4 attempts), then the DLQ.
+	// CodeConcurrentUpdate: the lead changed its tenant or pair between
+	// its resolution and the writer's lock, or its row_version moved
+	// under the lock. Re-run at once in a fresh transaction 3 times (4
+	// attempts), then the DLQ.
 	CodeConcurrentUpdate = consumer.Code{Name: "CRM_CONCURRENT_UPDATE", Class: consumer.RetryNow}
 )
 
@@ -79,10 +80,6 @@ type Options struct {
 	Publisher Publisher
 	// Now is the clock of created_at / updated_at. Nil: time.Now.
 	Now func() time.Time
-	// releaseLeadLocks, set only by tests, has the writer give its lead
-	// locks back as soon as it has read the leads under them (lockLeads):
-	// a test can then move a lead between that read and the update.
-	releaseLeadLocks bool
 }
 
 // New builds the CRM's Selection Shared consumer (SelectionSharedConsumer)
@@ -112,7 +109,7 @@ func (o Options) New(reg prometheus.Registerer) consumer.Service {
 			Read:   read,
 			Routes: []consumer.Route[*view]{{EventType: EventType, KeyPrefix: KeyPrefix, Decide: h.handle}},
 			Write: func(ctx context.Context, tx *ent.Tx, v *view) error {
-				return write(ctx, tx, v, o.releaseLeadLocks)
+				return write(ctx, tx, v)
 			},
 		},
 		RetryNow: 3,

@@ -6,12 +6,10 @@ import (
 	"fmt"
 	"time"
 
-	"entgo.io/ent/dialect/sql"
 	"github.com/google/uuid"
 
 	"github.com/pin-platform/pin/consumers/consumer"
 	"github.com/pin-platform/pin/ent"
-	"github.com/pin-platform/pin/ent/lead"
 	"github.com/pin-platform/pin/ent/leadevent"
 )
 
@@ -23,11 +21,12 @@ type FeedEntry struct {
 	Payload         any       // marshalled to the jsonb payload
 }
 
-// testHookBeforeWriting and testHookBeforeWrite, set only by tests, run in
-// the writer, lead by lead, before its first statement and before it
-// updates the leads, to move a lead under the consumer's feet (leave
-// Active, bump row_version, change its tenant, delete it).
-var testHookBeforeWriting, testHookBeforeWrite func(ctx context.Context, leadID uuid.UUID)
+// testHookBeforeWriting and testHookBeforeClaim, set only by tests, run in
+// the writer, lead by lead, before its first statement (the feed's
+// insert) and before it locks and updates the leads (claimLeads), to move
+// a lead under the consumer's feet (leave Active, bump row_version, change
+// its tenant, delete it).
+var testHookBeforeWriting, testHookBeforeClaim func(ctx context.Context, leadID uuid.UUID)
 
 // writes are the appends a transaction's handlers queued on its view: the
 // feed rows, and what they do to each lead.
@@ -44,10 +43,9 @@ func newWrites() writes {
 // bump is what the transaction does to one lead: n appends, the newest
 // OccurredAt, on the row_version read.
 type bump struct {
-	read    *ent.Lead // as Read read it
-	version int64     // the row_version the update is conditioned on: read under the lock
-	n       int64
-	newest  time.Time
+	read   *ent.Lead // as Read read it
+	n      int64
+	newest time.Time
 	// The first append's message: a lead that moved is its failure;
 	// notFound counts and logs it as its handler does.
 	first    *consumer.Message
@@ -70,7 +68,7 @@ func (v *view) append(l *ent.Lead, e FeedEntry, now time.Time, m *consumer.Messa
 	v.inFeed[e.SourceMessageID] = l.ID
 	bp := v.bumps[l.ID]
 	if bp == nil {
-		bp = &bump{read: l, version: l.RowVersion, first: m, notFound: notFound}
+		bp = &bump{read: l, first: m, notFound: notFound}
 		v.bumps[l.ID] = bp
 	}
 	bp.n++
@@ -108,7 +106,7 @@ type queuedEntry struct {
 // Read (only one without entries can be) fails the insert's foreign key,
 // which names no message: the messages run again alone, where Read no
 // longer finds it (CRM_SELECTION_LEAD_NOT_FOUND).
-func write(ctx context.Context, tx *ent.Tx, v *view, release bool) error {
+func write(ctx context.Context, tx *ent.Tx, v *view) error {
 	w := &v.writes
 	if len(w.rows) == 0 {
 		return nil
@@ -142,116 +140,106 @@ func write(ctx context.Context, tx *ent.Tx, v *view, release bool) error {
 	if _, err := tx.ExecContext(ctx, q, args...); err != nil {
 		return fmt.Errorf("insert the transaction's %d feed entries: %w", len(w.rows), err)
 	}
-	return w.claimLeads(ctx, tx, release)
-}
-
-// claimSQL updates a transaction's leads with one UPDATE: $1 their ids in
-// id order, $2 updated_at, then, lead by lead, its appends, its newest
-// OccurredAt and the row_version read under the lock (lockLeads); $6 the
-// status, Active. The status is an argument, not a literal: with the
-// literal, a plan made while the table's statistics were stale (never
-// analyzed, as after a fresh load) read every Active lead through the
-// partial index of Active pairs and hashed them against the ids (1,000
-// leads for 2 ids: 0.48 ms a call); with the argument the planner cannot
-// take that index, and looks each id up by the primary key (0.06 ms).
-const claimSQL = `UPDATE leads AS l
-SET updated_at = $2, row_version = l.row_version + u.n, last_event_at = GREATEST(l.last_event_at, u.newest)
-FROM unnest($1::uuid[], $3::bigint[], $4::timestamptz[], $5::bigint[]) AS u(id, n, newest, read)
-WHERE l.id = u.id AND l.status = $6 AND l.row_version = u.read
-RETURNING l.id`
-
-// claimLeads locks the transaction's leads and updates them (spec step
-// 5). First lockLeads locks them FOR NO KEY UPDATE in id order with one
-// statement, which waits for the transactions holding them (the other
-// lanes' writers, the CRM's own edits) and reads each as they left it: a
-// lead gone is CRM_SELECTION_LEAD_NOT_FOUND, one no longer Active
-// CRM_LEAD_NOT_ACTIVE (CRM-1), the failure of the transaction's first
-// append to it. In one order, two writers wait for each other instead of
-// deadlocking; NO KEY UPDATE is what the UPDATE takes, and it does not
-// block the feed inserts' foreign-key checks (KEY SHARE).
-//
-// Then one UPDATE (claimSQL): row_version + the lead's appends,
-// last_event_at = greatest(last_event_at, its newest OccurredAt) so that
-// it only moves forward (CRM-3; GREATEST ignores NULL: a first event sets
-// it), updated_at; conditioned per lead on the row_version read under the
-// lock and on status Active (CRM-6). The lock holds the condition; a lead
-// the update misses all the same is re-read (missed), as the spec says.
-func (w *writes) claimLeads(ctx context.Context, tx *ent.Tx, release bool) error {
-	ids := consumer.SortedIDs(w.bumps)
-	if err := w.lockLeads(ctx, tx, ids, release); err != nil {
-		return err
-	}
-	if testHookBeforeWrite != nil {
-		for _, id := range ids {
-			testHookBeforeWrite(ctx, id)
+	if testHookBeforeClaim != nil {
+		for _, id := range consumer.SortedIDs(w.bumps) {
+			testHookBeforeClaim(ctx, id)
 		}
 	}
-	var ns, newest, reads consumer.Array
+	return w.claimLeads(ctx, tx)
+}
+
+// claimSQL locks and updates a transaction's leads with one statement
+// (spec step 5, in one round trip): $1 their ids in id order, $2
+// updated_at, then, lead by lead, its appends, its newest OccurredAt and
+// the tenant, agent and investor Read resolved it with; $8 the status,
+// Active.
+//
+//   - locked reads the leads FOR NO KEY UPDATE in id order, which waits
+//     for the transactions holding them (the other lanes' writers, the
+//     CRM's own edits) and reads each as they left it. Counted in an
+//     InitPlan, it runs whole before the UPDATE's scan (messenger's
+//     claimSQL: as a join's inner side it may run again, locking anew).
+//   - claimed updates each lead still Active, of the same tenant and
+//     pair: row_version + its appends, last_event_at only forward (CRM-3;
+//     GREATEST ignores NULL: a first event sets it), updated_at; and
+//     returns the row_version it updated.
+//   - The rows are the leads as read under the lock, and whether each was
+//     updated on the row_version read there (CRM-6): claimLeads tells a
+//     lead that moved apart (moved), and its failure rolls the
+//     transaction back.
+//
+// The update compares the row_version it found with the lock's after the
+// fact, not in its WHERE: a lead another transaction updated while the
+// lock waited is rechecked in its newest version (PostgreSQL's
+// EvalPlanQual), where a condition on the locking item's rows never
+// held (no lead updated).
+//
+// The status is an argument, not a literal: with the literal, a plan made
+// while the table's statistics were stale (never analyzed, as after a
+// fresh load) read every Active lead through the partial index of Active
+// pairs and hashed them against the ids (1,000 leads for 2 ids: 0.48 ms a
+// call); with the argument the planner cannot take that index, and looks
+// each id up by the primary key (0.06 ms).
+const claimSQL = `WITH locked AS MATERIALIZED (
+  SELECT id, status, row_version, tenant_id, executor_agent_user_id, primary_investor_user_id
+  FROM leads WHERE id = ANY($1::uuid[]) ORDER BY id FOR NO KEY UPDATE),
+claimed AS (
+  UPDATE leads AS l
+  SET updated_at = $2, row_version = l.row_version + u.n, last_event_at = GREATEST(l.last_event_at, u.newest)
+  FROM unnest($1::uuid[], $3::bigint[], $4::timestamptz[], $5::uuid[], $6::uuid[], $7::uuid[]) AS u(id, n, newest, tenant, agent, investor)
+  WHERE (SELECT count(*) FROM locked) >= 0 AND l.id = u.id AND l.status = $8
+    AND l.tenant_id = u.tenant AND l.executor_agent_user_id = u.agent AND l.primary_investor_user_id = u.investor
+  RETURNING l.id, l.row_version - u.n AS was)
+SELECT k.id, k.status, k.row_version, k.tenant_id, k.executor_agent_user_id, k.primary_investor_user_id,
+  c.was IS NOT DISTINCT FROM k.row_version
+FROM locked AS k LEFT JOIN claimed AS c ON c.id = k.id`
+
+// claimLeads locks the transaction's leads and updates them with one
+// statement (claimSQL; spec step 5): in one order, two writers wait for
+// each other instead of deadlocking; NO KEY UPDATE is what the UPDATE
+// takes, and it does not block the feed inserts' foreign-key checks (KEY
+// SHARE). A lead as read under the lock that is gone is
+// CRM_SELECTION_LEAD_NOT_FOUND, one no longer Active CRM_LEAD_NOT_ACTIVE
+// (CRM-1), one of another tenant or pair CRM_CONCURRENT_UPDATE: the
+// failure of the transaction's first append to it. A row_version moved
+// under the lock, which the lock rules out, would be
+// CRM_CONCURRENT_UPDATE too.
+func (w *writes) claimLeads(ctx context.Context, tx *ent.Tx) error {
+	ids := consumer.SortedIDs(w.bumps)
+	var ns, newest, tenants, agents, investors consumer.Array
 	for _, id := range ids {
 		bp := w.bumps[id]
 		ns.Int(bp.n)
 		newest.Time(bp.newest)
-		reads.Int(bp.version)
+		tenants.UUID(bp.read.TenantID)
+		agents.UUID(bp.read.ExecutorAgentUserID)
+		investors.UUID(bp.read.PrimaryInvestorUserID)
 	}
-	rows, err := tx.QueryContext(ctx, claimSQL, consumer.UUIDArray(ids), w.now, &ns, &newest, &reads, StatusActive)
+	rows, err := tx.QueryContext(ctx, claimSQL, consumer.UUIDArray(ids), w.now, &ns, &newest, &tenants, &agents, &investors, StatusActive)
 	if err != nil {
-		return fmt.Errorf("update the transaction's %d leads: %w", len(ids), err)
+		return fmt.Errorf("lock and update the transaction's %d leads: %w", len(ids), err)
 	}
 	defer rows.Close()
-	updated := make(map[uuid.UUID]bool, len(ids))
+	type state struct {
+		lead    *ent.Lead
+		updated bool
+	}
+	now := make(map[uuid.UUID]state, len(ids))
 	for rows.Next() {
-		var id uuid.UUID
-		if err := rows.Scan(&id); err != nil {
-			return fmt.Errorf("update the transaction's %d leads: %w", len(ids), err)
+		l := &ent.Lead{}
+		var updated bool
+		if err := rows.Scan(&l.ID, &l.Status, &l.RowVersion, &l.TenantID, &l.ExecutorAgentUserID, &l.PrimaryInvestorUserID, &updated); err != nil {
+			return fmt.Errorf("lock and update the transaction's %d leads: %w", len(ids), err)
 		}
-		updated[id] = true
+		now[l.ID] = state{l, updated}
 	}
 	if err := rows.Err(); err != nil {
-		return fmt.Errorf("update the transaction's %d leads: %w", len(ids), err)
+		return fmt.Errorf("lock and update the transaction's %d leads: %w", len(ids), err)
 	}
 	for _, id := range ids {
-		if !updated[id] {
-			return w.missed(ctx, tx, id)
+		if st := now[id]; !st.updated {
+			return w.moved(id, st.lead)
 		}
-	}
-	return nil
-}
-
-// lockLeads locks the leads ids (in id order) and takes each one's
-// row_version as read under the lock; a lead gone, no longer Active, or
-// of another tenant or pair is the failure of its first append (moved). release, set only by
-// tests, gives the locks back at once (a savepoint rolled back), so that
-// a test can move a lead between this read and the update.
-func (w *writes) lockLeads(ctx context.Context, tx *ent.Tx, ids []uuid.UUID, release bool) error {
-	if release {
-		if _, err := tx.ExecContext(ctx, "SAVEPOINT crm_release_leads"); err != nil {
-			return err
-		}
-	}
-	locked, err := tx.Lead.Query().
-		Where(consumer.AnyOf(lead.FieldID, "uuid", consumer.UUIDArray(ids))).
-		Order(ent.Asc(lead.FieldID)).
-		Select(lead.FieldStatus, lead.FieldRowVersion, lead.FieldTenantID, lead.FieldExecutorAgentUserID, lead.FieldPrimaryInvestorUserID).
-		Modify(func(s *sql.Selector) { s.For(sql.LockNoKeyUpdate) }).
-		All(ctx)
-	if err != nil {
-		return fmt.Errorf("lock the transaction's %d leads: %w", len(ids), err)
-	}
-	if release {
-		if _, err := tx.ExecContext(ctx, "ROLLBACK TO SAVEPOINT crm_release_leads; RELEASE SAVEPOINT crm_release_leads"); err != nil {
-			return err
-		}
-	}
-	now := make(map[uuid.UUID]*ent.Lead, len(locked))
-	for _, l := range locked {
-		now[l.ID] = l
-	}
-	for _, id := range ids {
-		bp, cur := w.bumps[id], now[id]
-		if cur == nil || cur.Status != StatusActive || !bp.sameLead(cur) {
-			return w.moved(id, cur)
-		}
-		bp.version = cur.RowVersion
 	}
 	return nil
 }
@@ -261,19 +249,6 @@ func (w *writes) lockLeads(ctx context.Context, tx *ent.Tx, ids []uuid.UUID, rel
 func (bp *bump) sameLead(cur *ent.Lead) bool {
 	return cur.TenantID == bp.read.TenantID && cur.ExecutorAgentUserID == bp.read.ExecutorAgentUserID &&
 		cur.PrimaryInvestorUserID == bp.read.PrimaryInvestorUserID
-}
-
-// missed is the failure of a lead the conditional update missed: re-read
-// (read committed: this sees the change), it is told apart by moved.
-func (w *writes) missed(ctx context.Context, tx *ent.Tx, id uuid.UUID) error {
-	cur, err := tx.Lead.Query().Where(lead.ID(id)).Only(ctx)
-	switch {
-	case ent.IsNotFound(err):
-		cur = nil
-	case err != nil:
-		return fmt.Errorf("re-read lead %s: %w", id, err)
-	}
-	return w.moved(id, cur)
 }
 
 // moved is the failure of the transaction's first append to lead id, which
@@ -293,7 +268,7 @@ func (w *writes) moved(id uuid.UUID, cur *ent.Lead) error {
 	case !bp.sameLead(cur):
 		err = CodeConcurrentUpdate.Errorf("lead %s changed its pair or tenant since it was read", id)
 	default:
-		err = CodeConcurrentUpdate.Errorf("lead %s changed concurrently (row_version %d read, %d now)", id, bp.version, cur.RowVersion)
+		err = CodeConcurrentUpdate.Errorf("lead %s changed concurrently (row_version %d under the lock, not updated)", id, cur.RowVersion)
 	}
 	return consumer.FailMessage(bp.first, err)
 }
