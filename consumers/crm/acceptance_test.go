@@ -3,6 +3,8 @@ package crm
 import (
 	"context"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -495,9 +497,23 @@ func TestAnEditHoldingTheLeadIsWaitedForAndTaken(t *testing.T) {
 			holding <- err
 			return
 		}
-		go func() { // committed once the writer waits for it
-			time.Sleep(300 * time.Millisecond)
-			holding <- tx.Commit()
+		go func() { // committed once the writer's lock waits for it
+			var waited error
+			deadline := time.Now().Add(10 * time.Second)
+			for {
+				var n int
+				err := h.DB.QueryRow(`SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()
+					AND wait_event_type = 'Lock' AND query LIKE 'WITH locked AS MATERIALIZED%'`).Scan(&n)
+				if err == nil && n == 1 {
+					break
+				}
+				if time.Now().After(deadline) {
+					waited = fmt.Errorf("the writer never waited for the edit's lock (%v)", err)
+					break
+				}
+				time.Sleep(10 * time.Millisecond)
+			}
+			holding <- errors.Join(waited, tx.Commit())
 		}()
 	})
 	e := newEvent(l, "Shared", at).on(2)

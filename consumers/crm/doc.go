@@ -17,10 +17,10 @@
 //     on;
 //   - handler.go: the handler, outcomes and log fields;
 //   - writer.go: the lead aggregate's one write path, set-based before
-//     the commit: the leads locked in id order and read again, their
-//     update (CRM-1, last_event_at only forward, row_version conditioned
-//     on the one read under the lock) and the feed entries (the tenant
-//     from the lead);
+//     the commit: the feed entries (the tenant from the lead), then the
+//     leads locked in id order, read again and updated in one statement
+//     (CRM-1, last_event_at only forward, row_version moved from the one
+//     read under the lock);
 //   - events.go: the in-process LeadEventAdded domain event and its
 //     Publisher;
 //   - metrics.go: the metric names of the spec and the service's own

@@ -54,3 +54,25 @@ func TestTheLeadsUpdateReadsOnlyItsLeads(t *testing.T) {
 		t.Fatalf("%d leads updated by a rolled-back check", n)
 	}
 }
+
+// Read's feed lookup (readSQL's second part) finds a message's entry in
+// ux_lead_events_source_message_id whatever the feed's statistics said
+// when the connection planned it: the test plans the statement on an
+// empty feed analyzed as such, fills it with 2,000 entries and fails if
+// the plan then reads more feed rows than the 2 it looks up.
+func TestReadLooksEntriesUpByMessageId(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	l := h.insertLead("Active")
+	h.Exec(`ANALYZE lead_events`)
+	fill := fmt.Sprintf(`INSERT INTO lead_events (lead_id, tenant_id, type, occurred_at, source_message_id, payload)
+		SELECT '%s', '%s', 'SelectionAttached', now(), gen_random_uuid(), '{}' FROM generate_series(1, 2000)`, l.ID, l.Tenant)
+	sought := []string{uuid.NewString(), uuid.NewString()}
+	h.Exec(`INSERT INTO lead_events (lead_id, tenant_id, type, occurred_at, source_message_id, payload)
+		SELECT $1, $2, 'SelectionAttached', now(), unnest($3::uuid[]), '{}'`, l.ID, l.Tenant, "{"+strings.Join(sought, ",")+"}")
+	read, plan := consumertest.RowsRead(t, h.DB, "lead_events", "read_plan", "uuid[], uuid[], uuid[]", readSQL, fill,
+		fmt.Sprintf("'{%s}', '{%s}', '{%s}'", l.Agent, l.Investor, strings.Join(sought, ",")))
+	if read > 2 {
+		t.Fatalf("the generic plan read %d feed rows to find 2: %s", read, plan)
+	}
+}

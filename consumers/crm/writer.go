@@ -159,8 +159,8 @@ func write(ctx context.Context, tx *ent.Tx, v *view) error {
 //     CRM's own edits) and reads each as they left it. Counted in an
 //     InitPlan, it runs whole before the UPDATE's scan (messenger's
 //     claimSQL: as a join's inner side it may run again, locking anew).
-//   - claimed updates each lead still Active, of the same tenant and
-//     pair: row_version + its appends, last_event_at only forward (CRM-3;
+//   - claimed updates each lead still Active, of the tenant and pair
+//     Read resolved it with: row_version + its appends, last_event_at only forward (CRM-3;
 //     GREATEST ignores NULL: a first event sets it), updated_at; and
 //     returns the row_version it updated.
 //   - The rows are the leads as read under the lock, and whether each was

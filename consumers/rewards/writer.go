@@ -60,7 +60,7 @@ func write(ctx context.Context, tx *ent.Tx, v *view) error {
 		return nil
 	}
 	var updated, inserted int
-	if err := scanOne(ctx, tx, q, args, &updated, &inserted); err != nil {
+	if err := scanOne(ctx, tx, q, args, &inserted, &updated); err != nil {
 		return fmt.Errorf("write the transaction's bonds (%d updated, %d new): %w", len(v.updates), len(v.inserts), err)
 	}
 	if updated != len(v.updates) || inserted != len(v.inserts) {
@@ -74,7 +74,7 @@ func write(ctx context.Context, tx *ent.Tx, v *view) error {
 //	WITH updated AS (UPDATE referral_bond_replicas … FROM unnest(…) RETURNING 1),
 //	     inserted AS (INSERT INTO referral_bond_replicas … SELECT … FROM unnest(…)
 //	                  WHERE (SELECT count(*) FROM updated) >= 0 RETURNING 1)
-//	SELECT (SELECT count(*) FROM updated), (SELECT count(*) FROM inserted)
+//	SELECT (SELECT count(*) FROM inserted), (SELECT count(*) FROM updated)
 //
 // either item left out when it has no rows (its count then 0).
 func writeSQL(v *view) (string, []any) {
@@ -142,7 +142,9 @@ FROM `)
 		b.WriteString(")")
 		counts[1] = "(SELECT count(*) FROM inserted)"
 	}
-	b.WriteString(" SELECT " + counts[0] + ", " + counts[1])
+	// The inserts' count first: the order is the filter's, not this
+	// list's (TestARebindIsWrittenInOneStatementCloseFirst).
+	b.WriteString(" SELECT " + counts[1] + ", " + counts[0])
 	return b.Query()
 }
 
