@@ -435,3 +435,37 @@ func TestProcStatusSplitsTheRSS(t *testing.T) {
 		t.Fatalf("peakRSS %d, %v; VmHWM %d", peak, ok, st["VmHWM"])
 	}
 }
+
+// A stall is a gap of 50 ms or more between two commits that a message
+// waited through; a gap no message waited through (a low rate: nothing
+// to do) is not one.
+func TestPacedRunCountsStalls(t *testing.T) {
+	t0 := time.Now()
+	var recs []produced
+	dbAt := map[msgPos]time.Time{}
+	add := func(at, committed time.Duration) {
+		i := int64(len(recs))
+		recs = append(recs, produced{at: t0.Add(at), partition: int32(i % 3), offset: i, ok: true})
+		dbAt[msgPos{int32(i % 3), i}] = t0.Add(committed)
+	}
+	// Every 5 ms a message, committed 5 ms later, but those produced in
+	// [200 ms, 320 ms) wait for a commit at 330 ms: none from 200 ms
+	// (the message of 195 ms) to 330 ms, a 130 ms stall.
+	for ms := 0; ms < 600; ms += 5 {
+		p := time.Duration(ms) * time.Millisecond
+		switch {
+		case ms >= 200 && ms < 320:
+			add(p, 330*time.Millisecond)
+		case ms >= 320 && ms < 330:
+			add(p, 331*time.Millisecond)
+		default:
+			add(p, p+5*time.Millisecond)
+		}
+	}
+	// Then an idle 100 ms (nothing produced), and one more message.
+	add(700*time.Millisecond, 705*time.Millisecond)
+	n, longest := stalls(recs, dbAt)
+	if n != 1 || longest != 130 {
+		t.Fatalf("stalls %d, longest %v ms; want 1 of 130 ms (the idle 100 ms before the last message is not one)", n, longest)
+	}
+}

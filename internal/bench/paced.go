@@ -128,6 +128,38 @@ func (pr *pacedRun) fill(recs []produced, obs [][]commitObs, dbAt map[msgPos]tim
 		pr.DBp99BySecondMs = append(pr.DBp99BySecondMs, v)
 	}
 	pr.Offp50ms, pr.Offp99ms, pr.Offmaxms, pr.Offn = percentiles(off)
+	pr.Stalls, pr.LongestStallMs = stalls(recs, dbAt)
+}
+
+// stallGap is the shortest pause counted as a stall: at half load a
+// message is produced every few tens of µs and some lane commits every
+// few ms.
+const stallGap = 50 * time.Millisecond
+
+// stalls counts the gaps of stallGap or more between consecutive
+// database commits of the run's messages (their outcome lines, whatever
+// the partition) that a message waited through (produced before the gap
+// began, committed at its end: at a low rate the consumer may just have
+// had nothing to do), and returns the longest (ms).
+func stalls(recs []produced, dbAt map[msgPos]time.Time) (int, float64) {
+	type done struct{ produced, committed time.Time }
+	var ds []done
+	for _, rc := range recs {
+		if t, ok := dbAt[msgPos{rc.partition, rc.offset}]; ok && rc.ok {
+			ds = append(ds, done{rc.at, t})
+		}
+	}
+	slices.SortFunc(ds, func(a, b done) int { return a.committed.Compare(b.committed) })
+	n, longest := 0, time.Duration(0)
+	for i := 1; i < len(ds); i++ {
+		gap := ds[i].committed.Sub(ds[i-1].committed)
+		if gap < stallGap || ds[i].produced.After(ds[i-1].committed) {
+			continue
+		}
+		n++
+		longest = max(longest, gap)
+	}
+	return n, float64(longest.Microseconds()) / 1000
 }
 
 // writePacedCSV writes each paced message's times (for --keep): produced,

@@ -252,6 +252,13 @@ type pacedRun struct {
 	// too busy throughout as many. Absent before 2026-12-01.
 	// A second none of whose messages has an outcome line is null.
 	DBp99BySecondMs []*float64 `json:"db_commit_p99_by_second_ms,omitempty"`
+	// Stalls: the times no message of the run was committed on any
+	// partition for stallGap or longer while the run's messages were
+	// being produced, and the longest of them: a pause of every lane
+	// at once (on 2026-12-06, a COMMIT creating a WAL segment whose lead
+	// locks crm's other lane waited for). Absent before 2026-12-06.
+	Stalls         int     `json:"db_commit_stalls"`
+	LongestStallMs float64 `json:"db_commit_longest_stall_ms"`
 	// produce → the offset committed to Kafka: the first poll (every 5 ms)
 	// that saw the group's committed offset past the message.
 	Offp50ms float64 `json:"offset_commit_p50_ms"`

@@ -37,6 +37,9 @@ func (b *benchmark) table(r *serviceResult) {
 			if s := summarizeSeconds(r.Paced.DBp99BySecondMs, targetP99); s != "" {
 				fmt.Fprintf(w, "    p99 → database commit, second by second\t%s\n", s)
 			}
+			if r.Paced.Stalls > 0 {
+				fmt.Fprintf(w, "    no commit on any partition for ≥ %d ms\t%d times, longest %s\n", stallGap.Milliseconds(), r.Paced.Stalls, fmtMs(r.Paced.LongestStallMs))
+			}
 		}
 		verdict := mark(t.Met)
 		if t.NA {
