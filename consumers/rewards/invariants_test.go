@@ -142,19 +142,11 @@ func TestActiveConflictLeavesTransactionUsable(t *testing.T) {
 		message(t, replaced(a, b, 2, baseTime)), message(t, created(b, 1, baseTime)),
 	}
 
-	tx, err := client.Tx(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = tx.Rollback() }()
-	v, err := read(ctx, tx, msgs)
-	if err != nil {
-		t.Fatal(err)
-	}
+	tx, v := readInTx(ctx, t, client, msgs)
 	if out, err := h.bondCreated(ctx, v, msgs[0]); err != nil || out != OutcomeCreated {
 		t.Fatalf("first created: %q, %v", out, err)
 	}
-	_, err = h.bondCreated(ctx, v, msgs[1])
+	_, err := h.bondCreated(ctx, v, msgs[1])
 	if code, ok := consumer.CodeOf(err); !ok || code.Name != CodeActiveConflict.Name {
 		t.Fatalf("second Active bond: %v, want %s", err, CodeActiveConflict.Name)
 	}
@@ -330,15 +322,7 @@ func TestARebindIsWrittenInOneStatementCloseFirst(t *testing.T) {
 	}
 
 	msgs := []*consumer.Message{message(t, replaced(old, next, 2, baseTime)), message(t, created(next, 1, baseTime))}
-	tx, err = client.Tx(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = tx.Rollback() }()
-	v, err := read(ctx, tx, msgs)
-	if err != nil {
-		t.Fatal(err)
-	}
+	tx, v := readInTx(ctx, t, client, msgs)
 	if out, err := h.bondClosed(ctx, v, msgs[0]); err != nil || out != OutcomeClosed {
 		t.Fatalf("closed: %q, %v", out, err)
 	}
@@ -365,4 +349,20 @@ func TestARebindIsWrittenInOneStatementCloseFirst(t *testing.T) {
 		status != "Replaced" || version != 2 {
 		t.Fatalf("the old bond: %s v%d (%v), want Replaced v2", status, version, err)
 	}
+}
+
+// readInTx begins a transaction on client, rolled back when the test ends
+// unless it committed, and reads the view of msgs in it.
+func readInTx(ctx context.Context, t *testing.T, client *ent.Client, msgs []*consumer.Message) (*ent.Tx, *view) {
+	t.Helper()
+	tx, err := client.Tx(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = tx.Rollback() })
+	v, err := read(ctx, tx, msgs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tx, v
 }
