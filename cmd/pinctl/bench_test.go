@@ -20,7 +20,8 @@ import (
 // measure was taken and written (N = 5,000: a max run of a few hundred
 // milliseconds, long enough for /proc's CPU ticks; 300 events took 30 ms
 // once the group started from committed offsets). It asserts no speed. --sql-time, the bound
-// of the pgbench SQL limit that was removed, is still accepted.
+// of the pgbench SQL limit that was removed, is still accepted. The server
+// gets the bench's min_wal_size, 1 GB of segments made ready.
 func TestBenchEndToEnd(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts PostgreSQL, the broker and a consumer")
@@ -42,6 +43,7 @@ func TestBenchEndToEnd(t *testing.T) {
 		"ceiling at this cost",
 		"events/s ÷ ceiling on the cores left",
 		"--sql-time is ignored",
+		"segments ready for reuse (min_wal_size 1GB)",
 	)
 
 	r := oneBenchRun(t, results).Consumers[0]
@@ -70,6 +72,7 @@ func TestBenchEndToEnd(t *testing.T) {
 		{"ceiling computed", r.Consumer.Ceiling != nil && r.Consumer.Ceiling.EPS > 0 && r.Consumer.Ceiling.EPSOnCoresLeft > 0},
 		{"machine idle share measured", r.Consumer.CPU.Idle > 0 && r.Consumer.CPU.Idle < 1},
 		{"targets evaluated", len(r.Targets) == 5},
+		{"the bench's min_wal_size recorded", oneBenchRun(t, results).Knobs["postgres min_wal_size"] == "1GB"},
 	}
 	for _, c := range checks {
 		if !c.ok {
@@ -96,11 +99,12 @@ func TestBenchLatencyAndProfile(t *testing.T) {
 	defer cancel()
 	cmd := exec.CommandContext(ctx, filepath.Join(bin, "pinctl"), "bench",
 		"--events", "300", "--only", "rewards", "--paced", "2s", "--paced-rate", "150", "--results", results,
-		"--db-latency", "1ms", "--profile", "--profile-seconds", "1", "--pg", "shared_buffers=64MB")
+		"--db-latency", "1ms", "--profile", "--profile-seconds", "1", "--pg", "shared_buffers=64MB", "--pg", "min_wal_size=32MB")
 	cmd.Env = benchEnv()
 	out := runExpecting(t, cmd,
 		"PostgreSQL 1ms away (--db-latency)",
-		"with pg_stat_statements (--profile), shared_buffers=64MB",
+		"with pg_stat_statements (--profile), shared_buffers=64MB, min_wal_size=32MB",
+		"segments ready for reuse (min_wal_size 32MB)",
 		"consumer knobs: CONSUMER_PPROF=true KAFKA_FETCH_WAIT_MAX_MS=5 db_latency_ms=1",
 		"with pg_stat_statements (--profile)",
 		"profiles of the max run (--profile)",
@@ -127,6 +131,7 @@ func TestBenchLatencyAndProfile(t *testing.T) {
 		{"db_latency_ms recorded", run.DBLatencyMs == 1 && run.Knobs["db_latency_ms"] == "1"},
 		{"profile_seconds recorded", run.Profile == 1},
 		{"--pg recorded", run.Knobs["postgres shared_buffers"] == "64MB"},
+		{"a --pg min_wal_size wins over the bench's", run.Knobs["postgres min_wal_size"] == "32MB"},
 		{"the proxy forwarded the consumer's statements", r.Consumer.DBProxy != nil && r.Consumer.DBProxy.ToPostgres > 0 && r.Consumer.DBProxy.FromPostgres > 0},
 		{"statements per event counted", r.Consumer.StatementsPerEvent > 0},
 		{"WAL per event counted", r.Consumer.WALBytesPerEvent > 0 && r.Consumer.ServerWALBytesPerEvent > 0},

@@ -124,6 +124,7 @@ type benchmark struct {
 	childEnv   []string
 	dbURL      string // the consumers' database, as the superuser: each runs as its login
 	knobs      map[string]string
+	minWAL     string          // the server's min_wal_size (readyWAL)
 	overrides  kafka.ConfigMap // KAFKA_* of the consumer, for the broker-only loop
 }
 
@@ -174,10 +175,12 @@ func (b *benchmark) run(ctx context.Context) error {
 	if b.Profile {
 		pgOpts.Settings, with = pgStatStatements, ", with pg_stat_statements (--profile)"
 	}
-	pgOpts.Settings = append(slices.Clip(pgOpts.Settings), b.PGSettings...)
-	if len(b.PGSettings) > 0 {
-		with += ", " + strings.Join(b.PGSettings, ", ")
+	settings := b.PGSettings
+	if !slices.ContainsFunc(settings, func(kv string) bool { return strings.HasPrefix(strings.ToLower(kv), "min_wal_size=") }) {
+		settings = append([]string{benchMinWALSize}, settings...)
 	}
+	pgOpts.Settings = append(slices.Clip(pgOpts.Settings), settings...)
+	with += ", " + strings.Join(settings, ", ")
 	b.say("▸ PostgreSQL: starting a local server (fsync, synchronous_commit and full_page_writes at their defaults, on%s) in %s …", with, pgDir)
 	if b.srv, err = localpg.Start(ctx, pgDir, pgOpts); err != nil {
 		return err
@@ -222,6 +225,13 @@ func (b *benchmark) run(ctx context.Context) error {
 		return fmt.Errorf("the benchmark needs fsync, synchronous_commit and full_page_writes on, the server has %s", run.Host.Durable)
 	}
 	b.say("▸ PostgreSQL %s, durable: %s", run.Host.Postgres, run.Host.Durable)
+	began := time.Now()
+	ahead, minWAL, err := b.readyWAL(ctx)
+	if err != nil {
+		return err
+	}
+	b.minWAL = minWAL
+	b.say("▸ PostgreSQL's WAL: %d segments ready for reuse (min_wal_size %s), as a server that has run keeps them, in %.1f s", ahead, minWAL, time.Since(began).Seconds())
 
 	// The broker.
 	mc, err := kafka.NewMockCluster(1)
@@ -307,6 +317,9 @@ func (b *benchmark) consumerEnv() {
 	if b.DBParams != "" {
 		dbURL += "&" + b.DBParams
 		b.knobs["DATABASE_URL params"] = b.DBParams
+	}
+	if b.minWAL != "" { // the bench's or a --pg one: runs of the other differ
+		b.knobs["postgres min_wal_size"] = b.minWAL
 	}
 	for _, kv := range b.PGSettings {
 		k, v, _ := strings.Cut(kv, "=")

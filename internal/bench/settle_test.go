@@ -48,3 +48,36 @@ func TestSettleVacuumsTablesWithRowsOnly(t *testing.T) {
 		}
 	}
 }
+
+// Before the first consumer the bench readies min_wal_size of WAL
+// segments, as a server that has run keeps them: it writes that many
+// segments (the insert position moves past them) and leaves them,
+// recycled, ahead of the insert position.
+func TestReadyWALLeavesMinWALSizeOfSegmentsAhead(t *testing.T) {
+	db, err := sql.Open("postgres", pgtest.NewEmptyDB(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	var want, segment, before int64
+	if err := db.QueryRow(`SELECT pg_size_bytes(current_setting('min_wal_size')) / pg_size_bytes(current_setting('wal_segment_size')),
+		pg_size_bytes(current_setting('wal_segment_size')), pg_current_wal_insert_lsn() - '0/0'`).Scan(&want, &segment, &before); err != nil {
+		t.Fatal(err)
+	}
+	ahead, minWAL, err := (&benchmark{db: db}).readyWAL(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var after int64
+	var counted int
+	if err := db.QueryRow(`SELECT pg_current_wal_insert_lsn() - '0/0', (`+walAheadSQL+`)`).Scan(&after, &counted); err != nil {
+		t.Fatal(err)
+	}
+	if moved := (after - before) / segment; moved < want-1 {
+		t.Errorf("the insert position moved %d segments, want ≥ %d (min_wal_size %s)", moved, want-1, minWAL)
+	}
+	// The segment being written is one of min_wal_size's.
+	if int64(ahead) < want-1 || counted < ahead {
+		t.Errorf("%d segments ahead (%d counted after), want ≥ %d (min_wal_size %s)", ahead, counted, want-1, minWAL)
+	}
+}
