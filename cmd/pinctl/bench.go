@@ -54,7 +54,7 @@ func runBench(ctx context.Context, args []string) error {
 	fs.BoolVar(&o.Profile, "profile", false, "profiles of each max run, kept in the work directory (implies --keep): the consumer's CPU (from the partitions' assignment, top 15 printed) and heap allocations, and PostgreSQL's statements by pg_stat_statements (top 8 printed)")
 	fs.IntVar(&o.ProfileSeconds, "profile-seconds", 10, "length of the consumer's CPU profile with --profile, at most 30: the max run should last as long")
 	fs.StringVar(&o.DBParams, "db-params", "", "extra query parameters of the consumer's DATABASE_URL, e.g. binary_parameters=yes")
-	fs.Func("pg", "KEY=VALUE server setting of the run's PostgreSQL (repeatable), e.g. shared_buffers=1GB; fsync, synchronous_commit and full_page_writes must stay on", func(s string) error {
+	fs.Func("pg", "KEY=VALUE server setting of the run's PostgreSQL (repeatable), e.g. shared_buffers=1GB; fsync, synchronous_commit and full_page_writes must stay on; min_wal_size is 1GB unless given", func(s string) error {
 		k, _, ok := strings.Cut(s, "=")
 		if !ok || k == "" || strings.ContainsAny(s, " '\"") {
 			return fmt.Errorf("%q is not KEY=VALUE (without spaces or quotes)", s)
