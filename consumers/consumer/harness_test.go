@@ -306,7 +306,11 @@ func (e *env) holdMark(id uuid.UUID, partition int32, offset int64) *sql.Tx {
 func (e *env) awaitLockWait(what string) {
 	e.t.Helper()
 	kafkatest.Eventually(e.t, 20*time.Second, func() bool {
-		return e.count(`SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND datname = current_database()`) > 0
+		n, err := consumertest.LockWaiters(context.Background(), e.db, "%")
+		if err != nil {
+			e.t.Fatal(err)
+		}
+		return n > 0
 	}, "%s", what)
 }
 

@@ -12,6 +12,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/pin-platform/pin/consumers/consumer"
+	"github.com/pin-platform/pin/consumers/consumer/consumertest"
 	"github.com/pin-platform/pin/consumers/kafkatest"
 	"github.com/pin-platform/pin/consumers/servicetest"
 )
@@ -501,9 +502,7 @@ func TestAnEditHoldingTheLeadIsWaitedForAndTaken(t *testing.T) {
 			var waited error
 			deadline := time.Now().Add(10 * time.Second)
 			for {
-				var n int
-				err := h.DB.QueryRow(`SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()
-					AND wait_event_type = 'Lock' AND query LIKE 'WITH locked AS MATERIALIZED%'`).Scan(&n)
+				n, err := consumertest.LockWaiters(context.Background(), h.DB, "WITH locked AS MATERIALIZED%")
 				if err == nil && n == 1 {
 					break
 				}

@@ -115,8 +115,7 @@ func TestAClaimWaitingOnAChatsLockSeesItsNewVersion(t *testing.T) {
 		t.FailNow()
 	}
 	kafkatest.Eventually(t, servicetest.Wait, func() bool {
-		var n int
-		err := e.DB.QueryRow(`SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE 'WITH locked AS%'`).Scan(&n)
+		n, err := consumertest.LockWaiters(context.Background(), e.DB, "WITH locked AS%")
 		return err == nil && n == 1
 	}, "the claim waiting for the holder's lock")
 	if err := tx.Commit(); err != nil {

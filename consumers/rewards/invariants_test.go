@@ -221,9 +221,7 @@ func TestConcurrentCreateOfSameBondIsDecidedAgain(t *testing.T) {
 	}()
 	// The second insert waits on the first transaction's row lock.
 	kafkatest.Eventually(t, 10*time.Second, func() bool {
-		var n int
-		err := db.QueryRowContext(ctx, `SELECT count(*) FROM pg_stat_activity
-			WHERE datname = current_database() AND wait_event_type = 'Lock' AND query LIKE '%INSERT INTO "referral_bond_replicas"%'`).Scan(&n)
+		n, err := consumertest.LockWaiters(ctx, db, `%INSERT INTO "referral_bond_replicas"%`)
 		return err == nil && n == 1
 	}, "the second insert waits for the first transaction")
 	if err := first.Commit(); err != nil {

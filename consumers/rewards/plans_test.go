@@ -112,9 +112,7 @@ func TestAReadWaitingOnABondThatClosesCreatesTheNewOne(t *testing.T) {
 	ev := created(next, 1, baseTime)
 	e.produce(ev)
 	kafkatest.Eventually(t, servicetest.Wait, func() bool { // the consumer's read waits for the old bond
-		var n int
-		err := e.DB.QueryRow(`SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()
-			AND wait_event_type = 'Lock' AND query LIKE '%FOR UPDATE%'`).Scan(&n)
+		n, err := consumertest.LockWaiters(context.Background(), e.DB, "%FOR UPDATE%")
 		return err == nil && n > 0
 	}, "the consumer's read waiting for the old bond's lock")
 	if _, err := holder.Exec(`UPDATE referral_bond_replicas SET status = 'Revoked', replica_version = 2 WHERE bond_id = $1`, old.ID); err != nil {

@@ -1,0 +1,18 @@
+package consumertest
+
+import (
+	"context"
+	"database/sql"
+)
+
+// LockWaiters counts the sessions of db's database that wait for a lock
+// while running a statement whose text matches like (SQL LIKE; "%" for
+// any): for a test that a writer waits for a lock it holds, before it lets
+// go. Other databases' sessions (other tests on the shared server) are not
+// counted.
+func LockWaiters(ctx context.Context, db *sql.DB, like string) (int, error) {
+	var n int
+	err := db.QueryRowContext(ctx, `SELECT count(*) FROM pg_stat_activity
+		WHERE datname = current_database() AND wait_event_type = 'Lock' AND query LIKE $1`, like).Scan(&n)
+	return n, err
+}
