@@ -1,10 +1,8 @@
 package crm
 
 import (
-	"context"
+	"database/sql"
 	"encoding/json"
-	"errors"
-	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -12,7 +10,6 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/pin-platform/pin/consumers/consumer"
-	"github.com/pin-platform/pin/consumers/consumer/consumertest"
 	"github.com/pin-platform/pin/consumers/kafkatest"
 	"github.com/pin-platform/pin/consumers/servicetest"
 )
@@ -371,32 +368,35 @@ func TestAC5_RedeliveryAndReplayDuplicateNothing(t *testing.T) {
 // AC6: the lead leaves Active between its resolution and the write →
 // CRM_LEAD_NOT_ACTIVE, nothing appended; handled like a missing lead.
 func TestAC6_LeadLeavingActiveBeforeTheWriteAppendsNothing(t *testing.T) {
-	// Where production meets it: before the writer's first statement, or
-	// between the feed's insert (whose foreign-key checks take KEY SHARE,
-	// which an edit of the status does not wait for) and the lock.
+	// Where production meets it: before the writer's statement, or while
+	// it runs, between the feed's insert (whose foreign-key checks take
+	// KEY SHARE, which an edit of the status does not wait for) and the
+	// lock (held: the expiry commits once the lock waits for it).
 	for _, where := range []struct {
 		name string
-		hook *func(context.Context, uuid.UUID)
+		held bool
 	}{
-		{"before the writer's insert", &testHookBeforeWriting},
-		{"after the feed's insert, before the lock", &testHookBeforeClaim},
+		{"before the writer's statement", false},
+		{"after the feed's insert, before the lock", true},
 	} {
 		t.Run(where.name, func(t *testing.T) {
 			h := newHarness(t)
-			hooks := newHooks(t, where.hook)
+			hooks := newHooks(t, &testHookBeforeWriting)
 			h.start(0, "")
 			at := micro(time.Now().Add(-time.Hour))
-			expire := func(id uuid.UUID) {
-				h.execAsync(`UPDATE leads SET status = 'Expired', row_version = row_version + 1, updated_at = now() WHERE id = $1`, id)
+			expire := func(tx *sql.Tx, id uuid.UUID) error {
+				_, err := tx.Exec(`UPDATE leads SET status = 'Expired', row_version = row_version + 1, updated_at = now() WHERE id = $1`, id)
+				return err
 			}
 
 			t.Run("it stays inactive: not appended, retried, then the DLQ", func(t *testing.T) {
 				l := h.insertLead("Active")
-				hooks.once(l.ID, func() { expire(l.ID) })
+				hooks.once(l.ID, func() { h.editLead(where.held, func(tx *sql.Tx) error { return expire(tx, l.ID) }) })
 				e := newEvent(l, "Shared", at).on(1)
 				offs := h.produce(e)
 
 				h.waitParked(t, e, CodeLeadNotActive)
+				h.checkEdits(t, 1)
 				if n := h.retries("retry-later", CodeLeadNotActive); n != 1 {
 					t.Fatalf("%s{retry-later, %s} = %v, want 1", MetricRetries, CodeLeadNotActive.Name, n)
 				}
@@ -417,17 +417,22 @@ func TestAC6_LeadLeavingActiveBeforeTheWriteAppendsNothing(t *testing.T) {
 
 			t.Run("the pair's lead is renewed: the retry appends to the new Active lead", func(t *testing.T) {
 				old := h.insertLead("Active")
-				var renewed testLead
+				renewed := testLead{ID: uuid.New(), Tenant: uuid.New(), Agent: old.Agent, Investor: old.Investor}
 				hooks.once(old.ID, func() {
-					expire(old.ID)
-					renewed = testLead{ID: uuid.New(), Tenant: uuid.New(), Agent: old.Agent, Investor: old.Investor}
-					h.execAsync(`INSERT INTO leads (id, tenant_id, executor_agent_user_id, primary_investor_user_id, status)
-						VALUES ($1, $2, $3, $4, 'Active')`, renewed.ID, renewed.Tenant, renewed.Agent, renewed.Investor)
+					h.editLead(where.held, func(tx *sql.Tx) error {
+						if err := expire(tx, old.ID); err != nil {
+							return err
+						}
+						_, err := tx.Exec(`INSERT INTO leads (id, tenant_id, executor_agent_user_id, primary_investor_user_id, status)
+							VALUES ($1, $2, $3, $4, 'Active')`, renewed.ID, renewed.Tenant, renewed.Agent, renewed.Investor)
+						return err
+					})
 				})
 				e := newEvent(old, "Shared", at).on(2)
 				h.produce(e)
 
 				h.waitOutcome(e.MessageID, "attached")
+				h.checkEdits(t, 1)
 				if n := len(h.feedOf(old.ID)); n != 0 {
 					t.Fatalf("%d entries on the lead that left Active, want 0", n)
 				}
@@ -443,29 +448,34 @@ func TestAC6_LeadLeavingActiveBeforeTheWriteAppendsNothing(t *testing.T) {
 	}
 }
 
-// A lead whose tenant changes at every attempt, between the feed's insert
-// and the writer's lock, is re-run at once in a fresh transaction, 3
-// times, re-reading the lead each time, then dead-lettered as
-// CRM_CONCURRENT_UPDATE (x-attempts 4) with nothing appended.
+// A lead whose tenant changes at every attempt, while the writer's
+// statement runs (after the feed's insert, before the lock: held), is
+// re-run at once in a fresh transaction, 3 times, re-reading the lead
+// each time, then dead-lettered as CRM_CONCURRENT_UPDATE (x-attempts 4)
+// with nothing appended.
 func TestConcurrentEditOfTheLeadIsRetriedThenDeadLettered(t *testing.T) {
 	h := newHarness(t)
-	hooks := newHooks(t, &testHookBeforeClaim)
+	hooks := newHooks(t, &testHookBeforeWriting)
 	h.start(0, "")
 	at := micro(time.Now().Add(-time.Hour))
 	l := h.insertLead("Active")
 	calls := hooks.always(l.ID, func() {
-		h.execAsync(`UPDATE leads SET tenant_id = gen_random_uuid(), row_version = row_version + 1, updated_at = now() WHERE id = $1`, l.ID)
+		h.editLead(true, func(tx *sql.Tx) error {
+			_, err := tx.Exec(`UPDATE leads SET tenant_id = gen_random_uuid(), row_version = row_version + 1, updated_at = now() WHERE id = $1`, l.ID)
+			return err
+		})
 	})
 	e := newEvent(l, "Shared", at).on(4)
 	offs := h.produce(e)
 	ms := h.AwaitDLQ(1)
 	h.checkDeadLetter(ms[0], e, offs[0], CodeConcurrentUpdate.Name, 4)
 	h.waitCommitted(Group, 4, offs[0]+1)
+	h.checkEdits(t, 4)
 	if n := len(h.feedOf(l.ID)); n != 0 {
 		t.Fatalf("%d entries, want 0", n)
 	}
 	if n := calls(); n != 4 {
-		t.Fatalf("%d attempts reached the lock, want 4", n)
+		t.Fatalf("%d attempts reached the writer, want 4", n)
 	}
 	if s := h.leadState(l.ID); s.RowVersion != 4 || s.LastEventAt.Valid {
 		t.Fatalf("lead %+v: want row_version 4 (the edits' only), last_event_at NULL", s)
@@ -482,46 +492,21 @@ func TestConcurrentEditOfTheLeadIsRetriedThenDeadLettered(t *testing.T) {
 // wait for (a condition the newest version never met).
 func TestAnEditHoldingTheLeadIsWaitedForAndTaken(t *testing.T) {
 	h := newHarness(t)
-	hooks := newHooks(t, &testHookBeforeClaim)
+	hooks := newHooks(t, &testHookBeforeWriting)
 	h.start(0, "")
 	at := micro(time.Now().Add(-time.Hour))
 	l := h.insertLead("Active")
-	holding := make(chan error, 1)
 	hooks.once(l.ID, func() {
-		tx, err := h.DB.Begin()
-		if err != nil {
-			holding <- err
-			return
-		}
-		if _, err := tx.Exec(`UPDATE leads SET row_version = row_version + 5, updated_at = now() WHERE id = $1`, l.ID); err != nil {
-			_ = tx.Rollback()
-			holding <- err
-			return
-		}
-		go func() { // committed once the writer's lock waits for it
-			var waited error
-			deadline := time.Now().Add(10 * time.Second)
-			for {
-				n, err := consumertest.LockWaiters(context.Background(), h.DB, "WITH locked AS MATERIALIZED%")
-				if err == nil && n == 1 {
-					break
-				}
-				if time.Now().After(deadline) {
-					waited = fmt.Errorf("the writer never waited for the edit's lock (%v)", err)
-					break
-				}
-				time.Sleep(10 * time.Millisecond)
-			}
-			holding <- errors.Join(waited, tx.Commit())
-		}()
+		h.editLead(true, func(tx *sql.Tx) error {
+			_, err := tx.Exec(`UPDATE leads SET row_version = row_version + 5, updated_at = now() WHERE id = $1`, l.ID)
+			return err
+		})
 	})
 	e := newEvent(l, "Shared", at).on(2)
 	offs := h.produce(e)
 	h.waitOutcome(e.MessageID, "attached")
 	h.waitCommitted(Group, 2, offs[0]+1)
-	if err := <-holding; err != nil {
-		t.Fatalf("the edit: %v", err)
-	}
+	h.checkEdits(t, 1)
 	if s := h.leadState(l.ID); s.RowVersion != 6 || !s.LastEventAt.Time.Equal(at) {
 		t.Fatalf("lead %+v: want row_version 6 (the edit's 5 and ours), last_event_at %s", s, at)
 	}

@@ -3,6 +3,7 @@ package crm
 import (
 	"context"
 	"database/sql"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -22,12 +23,13 @@ import (
 // consumer.
 type harness struct {
 	*servicetest.Env
-	pub *recorder
+	pub   *recorder
+	edits chan error // how each editLead ended
 }
 
 func newHarness(t *testing.T) *harness {
 	t.Helper()
-	return &harness{Env: servicetest.New(t, New, 6), pub: &recorder{}}
+	return &harness{Env: servicetest.New(t, New, 6), pub: &recorder{}, edits: make(chan error, 64)}
 }
 
 // start runs the consumer with retry delays scaled by scale (0: the
@@ -93,6 +95,62 @@ func (h *harness) execAsync(q string, args ...any) {
 	defer cancel()
 	if _, err := h.DB.ExecContext(ctx, q, args...); err != nil {
 		h.T.Errorf("%s: %v", q, err)
+	}
+}
+
+// writerLike matches the writer's statement (writeSQL) in
+// pg_stat_activity.
+const writerLike = "WITH inserted AS (INSERT INTO%"
+
+// editLead runs edit, an edit of leads, in a transaction of its own: for
+// the writer's hook (testHookBeforeWriting). Held, the edit commits only
+// once the writer's statement waits for a lock its rows hold: an edit
+// that commits while that statement runs, after the feed's insert and
+// before the leads' lock. How it ended goes to h.edits (checkEdits).
+func (h *harness) editLead(held bool, edit func(*sql.Tx) error) {
+	tx, err := h.DB.Begin()
+	if err == nil {
+		if err = edit(tx); err != nil {
+			_ = tx.Rollback()
+		}
+	}
+	if err != nil || !held {
+		if err == nil {
+			err = tx.Commit()
+		}
+		h.edits <- err
+		return
+	}
+	go func() {
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			n, err := consumertest.LockWaiters(context.Background(), h.DB, writerLike)
+			if err == nil && n == 1 {
+				h.edits <- tx.Commit()
+				return
+			}
+			if time.Now().After(deadline) {
+				_ = tx.Rollback()
+				h.edits <- fmt.Errorf("the writer never waited for the edit's lock (%v)", err)
+				return
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}()
+}
+
+// checkEdits fails t unless n edits (editLead) ended, each committed.
+func (h *harness) checkEdits(t testing.TB, n int) {
+	t.Helper()
+	for i := range n {
+		select {
+		case err := <-h.edits:
+			if err != nil {
+				t.Fatalf("edit %d: %v", i+1, err)
+			}
+		case <-time.After(servicetest.Wait):
+			t.Fatalf("%d of %d edits ended", i, n)
+		}
 	}
 }
 
@@ -262,8 +320,7 @@ func (r *recorder) all() []LeadEventAdded {
 // micro truncates t to PostgreSQL's timestamp precision.
 func micro(t time.Time) time.Time { return t.Truncate(time.Microsecond) }
 
-// hooks dispatches a writer's hook (testHookBeforeWriting,
-// testHookBeforeClaim) by lead.
+// hooks dispatches the writer's hook (testHookBeforeWriting) by lead.
 type hooks struct {
 	mu    sync.Mutex
 	by    map[uuid.UUID]func()
@@ -271,8 +328,8 @@ type hooks struct {
 	calls map[uuid.UUID]int
 }
 
-// newHooks installs hooks as the writer's hook at (&testHookBeforeWriting,
-// &testHookBeforeClaim) for the test. Tests that use it do not run in
+// newHooks installs hooks as the writer's hook at
+// (&testHookBeforeWriting) for the test. Tests that use it do not run in
 // parallel: it is a package variable.
 func newHooks(t *testing.T, at *func(context.Context, uuid.UUID)) *hooks {
 	t.Helper()

@@ -4,17 +4,21 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/uuid"
 
+	"github.com/pin-platform/pin/consumers/consumer"
 	"github.com/pin-platform/pin/consumers/consumer/consumertest"
+	"github.com/pin-platform/pin/ent"
 )
 
-// The leads' update (claimSQL) looks each lead up by key, whatever the
-// table's statistics say: under the runtime's settings each connection
-// plans a statement once, for any argument (force_generic_plan), and with
-// the status as a literal a plan made while leads had never been analyzed
-// (a fresh load, before autovacuum's first ANALYZE) read every Active lead
+// The writer's statement (writeSQL: the feed's insert, then the leads'
+// lock and update) looks each lead up by key, whatever the table's
+// statistics say: under the runtime's settings each connection plans a
+// statement once, for any argument (force_generic_plan), and with the
+// status as a literal a plan made while leads had never been analyzed (a
+// fresh load, before autovacuum's first ANALYZE) read every Active lead
 // through the partial index of Active pairs and hashed them against the
 // transaction's (0.48 ms a call for 2 leads of 1,000, half of PostgreSQL's
 // cost per transaction at low rates; 0.95 ms against 0.71 for 400). The
@@ -27,31 +31,45 @@ func TestTheLeadsUpdateReadsOnlyItsLeads(t *testing.T) {
 		SELECT gen_random_uuid(), gen_random_uuid(), gen_random_uuid(), 'Active' FROM generate_series(1, 1000)`); err != nil {
 		t.Fatal(err)
 	}
-	var ids, tenants, agents, investors []string
+	w := newWrites()
+	w.now = time.Now()
+	var ids, tenants, agents, investors, entries, sources []string
 	rows, err := h.DB.Query(`SELECT id, tenant_id, executor_agent_user_id, primary_investor_user_id FROM leads ORDER BY id LIMIT 2`)
 	if err != nil {
 		t.Fatal(err)
 	}
 	for rows.Next() {
-		var id, tenant, agent, investor uuid.UUID
-		if err := rows.Scan(&id, &tenant, &agent, &investor); err != nil {
+		l := &ent.Lead{}
+		if err := rows.Scan(&l.ID, &l.TenantID, &l.ExecutorAgentUserID, &l.PrimaryInvestorUserID); err != nil {
 			t.Fatal(err)
 		}
-		ids, tenants = append(ids, id.String()), append(tenants, tenant.String())
-		agents, investors = append(agents, agent.String()), append(investors, investor.String())
+		e := queuedEntry{l: l, e: FeedEntry{Type: SelectionAttached, OccurredAt: w.now, SourceMessageID: uuid.New()}, id: uuid.New(), payload: []byte("{}")}
+		w.rows = append(w.rows, e)
+		w.bumps[l.ID] = &bump{read: l, n: 1, newest: w.now}
+		ids, tenants = append(ids, l.ID.String()), append(tenants, l.TenantID.String())
+		agents, investors = append(agents, l.ExecutorAgentUserID.String()), append(investors, l.PrimaryInvestorUserID.String())
+		entries, sources = append(entries, e.id.String()), append(sources, e.e.SourceMessageID.String())
 	}
 	if err := rows.Err(); err != nil {
 		t.Fatal(err)
 	}
+	q, _ := w.writeSQL(consumer.SortedIDs(w.bumps))
 	array := func(s []string) string { return "'{" + strings.Join(s, ",") + "}'" }
-	read, plan := consumertest.RowsRead(t, h.DB, "leads", "claim_plan", "uuid[], timestamptz, bigint[], timestamptz[], uuid[], uuid[], uuid[], text", claimSQL, "",
-		fmt.Sprintf("%s, now(), '{1,1}', ARRAY[now(), now()], %s, %s, %s, 'Active'", array(ids), array(tenants), array(agents), array(investors)))
+	read, plan := consumertest.RowsRead(t, h.DB, "leads", "write_plan",
+		"uuid[], timestamptz, bigint[], timestamptz[], uuid[], uuid[], uuid[], text, "+ // the claim's
+			"uuid[], uuid[], uuid[], text[], timestamptz[], uuid[], jsonb[], timestamptz[]", // the insert's
+		q, "", fmt.Sprintf("%s, now(), '{1,1}', ARRAY[now(), now()], %s, %s, %s, 'Active', ", array(ids), array(tenants), array(agents), array(investors))+
+			fmt.Sprintf("%s, %s, %s, '{SelectionAttached,SelectionAttached}', ARRAY[now(), now()], %s, ARRAY['{}', '{}']::jsonb[], ARRAY[now(), now()]",
+				array(entries), array(ids), array(tenants), array(sources)))
 	// Each lead twice: the lock's read and the update's.
 	if read > 4 {
 		t.Fatalf("the generic plan read %d lead rows to lock and update 2: %s", read, plan)
 	}
 	if n := h.Count(`SELECT count(*) FROM leads WHERE row_version = 1`); n != 0 {
 		t.Fatalf("%d leads updated by a rolled-back check", n)
+	}
+	if n := h.Count(`SELECT count(*) FROM lead_events`); n != 0 {
+		t.Fatalf("%d entries appended by a rolled-back check", n)
 	}
 }
 

@@ -34,7 +34,7 @@ type view struct {
 // with one statement, readSQL: two reads in one round trip (at 1 ms from
 // PostgreSQL a transaction's round trips are its time). It locks nothing:
 // the writer locks the leads it appends to, in id order, and re-reads
-// them under the lock (writer.go, claimLeads).
+// them under the lock (writer.go, writeSQL).
 //
 // The events of one lead arrive on every partition (the key is the
 // SelectionId), so the transactions of two lanes touch the same leads.

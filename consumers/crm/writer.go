@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"time"
 
+	"entgo.io/ent/dialect"
+	"entgo.io/ent/dialect/sql"
 	"github.com/google/uuid"
 
 	"github.com/pin-platform/pin/consumers/consumer"
@@ -21,12 +23,12 @@ type FeedEntry struct {
 	Payload         any       // marshalled to the jsonb payload
 }
 
-// testHookBeforeWriting and testHookBeforeClaim, set only by tests, run in
-// the writer, lead by lead, before its first statement (the feed's
-// insert) and before it locks and updates the leads (claimLeads), to move
-// a lead under the consumer's feet (leave Active, bump row_version, change
-// its tenant, delete it).
-var testHookBeforeWriting, testHookBeforeClaim func(ctx context.Context, leadID uuid.UUID)
+// testHookBeforeWriting, set only by tests, runs in the writer, lead by
+// lead, before its statement (writeSQL), to move a lead under the
+// consumer's feet (leave Active, bump row_version, change its tenant,
+// delete it), at once or while the statement runs (an edit it commits
+// once the statement's lock waits for it).
+var testHookBeforeWriting func(ctx context.Context, leadID uuid.UUID)
 
 // writes are the appends a transaction's handlers queued on its view: the
 // feed rows, and what they do to each lead.
@@ -88,15 +90,15 @@ type queuedEntry struct {
 	payload []byte
 }
 
-// write is the service's Write: it writes what the transaction queued
-// (spec step 5): the feed rows with one INSERT of one text whatever the
-// number of rows (consumer.InsertRows), an entry's tenant its lead's
-// (CRM-4); then the leads (claimLeads), which it locks. The feed goes
-// first so that the lock, which the other lane's writer waits for, is
-// held for the leads' update and the commit only: the insert's
-// foreign-key checks take KEY SHARE, which no writer's NO KEY UPDATE
-// waits for. What the lock then finds (a lead no longer Active, another
-// tenant) fails the transaction, the entries with it.
+// write is the service's Write (spec step 5): one statement, writeSQL,
+// appends the transaction's feed rows, an entry's tenant its lead's
+// (CRM-4), then locks and updates their leads. The feed goes first so
+// that the lock, which the other lane's writer waits for, is held for the
+// leads' update and the commit only: the insert's foreign-key checks take
+// KEY SHARE, which no writer's NO KEY UPDATE waits for. What the lock
+// then finds (a lead no longer Active, another tenant) fails the
+// transaction, the entries with it. One statement, not two, is one round
+// trip less per transaction (bench/README.md, session 20).
 //
 // The INSERT has no ON CONFLICT: an entry of the same message written
 // since Read looked, past its mark (a second processor of the message
@@ -104,8 +106,9 @@ type queuedEntry struct {
 // lost race, and the runtime runs the transaction again, where Read finds
 // the entry and the message is skipped as a duplicate. A lead deleted since
 // Read (only one without entries can be) fails the insert's foreign key,
-// which names no message: the messages run again alone, where Read no
-// longer finds it (CRM_SELECTION_LEAD_NOT_FOUND).
+// checked at the statement's end, which names no message: the messages
+// run again alone, where Read no longer finds it
+// (CRM_SELECTION_LEAD_NOT_FOUND).
 func write(ctx context.Context, tx *ent.Tx, v *view) error {
 	w := &v.writes
 	if len(w.rows) == 0 {
@@ -116,57 +119,58 @@ func write(ctx context.Context, tx *ent.Tx, v *view) error {
 			testHookBeforeWriting(ctx, id)
 		}
 	}
-	var ids, leads, tenants, types, occurred, sources, payloads, created consumer.Array
-	for _, r := range w.rows {
-		ids.UUID(r.id)
-		leads.UUID(r.l.ID)
-		tenants.UUID(r.l.TenantID)
-		types.Text(string(r.e.Type))
-		occurred.Time(r.e.OccurredAt)
-		sources.UUID(r.e.SourceMessageID)
-		payloads.Text(string(r.payload))
-		created.Time(w.now)
+	ids := consumer.SortedIDs(w.bumps)
+	q, args := w.writeSQL(ids)
+	rows, err := tx.QueryContext(ctx, q, args...)
+	if err != nil {
+		return fmt.Errorf("append the transaction's %d feed entries to its %d leads: %w", len(w.rows), len(ids), err)
 	}
-	q, args := consumer.InsertRows(leadevent.Table, []consumer.Column{
-		{Name: leadevent.FieldID, Type: "uuid", Values: &ids},
-		{Name: leadevent.FieldLeadID, Type: "uuid", Values: &leads},
-		{Name: leadevent.FieldTenantID, Type: "uuid", Values: &tenants},
-		{Name: leadevent.FieldType, Type: "text", Values: &types},
-		{Name: leadevent.FieldOccurredAt, Type: "timestamptz", Values: &occurred},
-		{Name: leadevent.FieldSourceMessageID, Type: "uuid", Values: &sources},
-		{Name: leadevent.FieldPayload, Type: "jsonb", Values: &payloads},
-		{Name: leadevent.FieldCreatedAt, Type: "timestamptz", Values: &created},
-	}, "")
-	if _, err := tx.ExecContext(ctx, q, args...); err != nil {
-		return fmt.Errorf("insert the transaction's %d feed entries: %w", len(w.rows), err)
+	defer rows.Close()
+	type state struct {
+		lead    *ent.Lead
+		updated bool
 	}
-	if testHookBeforeClaim != nil {
-		for _, id := range consumer.SortedIDs(w.bumps) {
-			testHookBeforeClaim(ctx, id)
+	now := make(map[uuid.UUID]state, len(ids))
+	for rows.Next() {
+		l := &ent.Lead{}
+		var updated bool
+		if err := rows.Scan(&l.ID, &l.Status, &l.RowVersion, &l.TenantID, &l.ExecutorAgentUserID, &l.PrimaryInvestorUserID, &updated); err != nil {
+			return fmt.Errorf("append the transaction's %d feed entries to its %d leads: %w", len(w.rows), len(ids), err)
+		}
+		now[l.ID] = state{l, updated}
+	}
+	// The foreign-key checks run at the statement's end, after its rows:
+	// their failure is the result's error.
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("append the transaction's %d feed entries to its %d leads: %w", len(w.rows), len(ids), err)
+	}
+	for _, id := range ids {
+		if st := now[id]; !st.updated {
+			return w.moved(id, st.lead)
 		}
 	}
-	return w.claimLeads(ctx, tx)
+	return nil
 }
 
-// claimSQL locks and updates a transaction's leads with one statement
-// (spec step 5, in one round trip): $1 their ids in id order, $2
-// updated_at, then, lead by lead, its appends, its newest OccurredAt and
-// the tenant, agent and investor Read resolved it with; $8 the status,
-// Active.
+// writeSQL is write's statement: the feed rows' INSERT (consumer.InsertRows'
+// text, one whatever the number of rows), then claimSQL on the leads, ids
+// in id order, gated on the insert: the lock's scan starts once every row
+// is in.
 //
+//   - inserted appends the rows.
 //   - locked reads the leads FOR NO KEY UPDATE in id order, which waits
 //     for the transactions holding them (the other lanes' writers, the
-//     CRM's own edits) and reads each as they left it. Counted in an
-//     InitPlan, it runs whole before the UPDATE's scan (messenger's
+//     CRM's own edits) and reads each as they left it. Its one-time
+//     filter on inserted's count runs the insert whole first; counted in
+//     an InitPlan, locked runs whole before the UPDATE's scan (messenger's
 //     claimSQL: as a join's inner side it may run again, locking anew).
-//   - claimed updates each lead still Active, of the tenant and pair
-//     Read resolved it with: row_version + its appends, last_event_at only forward (CRM-3;
-//     GREATEST ignores NULL: a first event sets it), updated_at; and
-//     returns the row_version it updated.
+//   - claimed updates each lead still Active, of the tenant and pair Read
+//     resolved it with: row_version + its appends, last_event_at only
+//     forward (CRM-3; GREATEST ignores NULL: a first event sets it),
+//     updated_at; and returns the row_version it updated.
 //   - The rows are the leads as read under the lock, and whether each was
-//     updated on the row_version read there (CRM-6): claimLeads tells a
-//     lead that moved apart (moved), and its failure rolls the
-//     transaction back.
+//     updated on the row_version read there (CRM-6): write tells a lead
+//     that moved apart (moved), and its failure rolls the transaction back.
 //
 // The update compares the row_version it found with the lock's after the
 // fact, not in its WHERE: a lead another transaction updated while the
@@ -180,9 +184,54 @@ func write(ctx context.Context, tx *ent.Tx, v *view) error {
 // pairs and hashed them against the ids (1,000 leads for 2 ids: 0.48 ms a
 // call); with the argument the planner cannot take that index, and looks
 // each id up by the primary key (0.06 ms).
-const claimSQL = `WITH locked AS MATERIALIZED (
+func (w *writes) writeSQL(ids []uuid.UUID) (string, []any) {
+	var eids, leads, tenants, types, occurred, sources, payloads, created consumer.Array
+	for _, r := range w.rows {
+		eids.UUID(r.id)
+		leads.UUID(r.l.ID)
+		tenants.UUID(r.l.TenantID)
+		types.Text(string(r.e.Type))
+		occurred.Time(r.e.OccurredAt)
+		sources.UUID(r.e.SourceMessageID)
+		payloads.Text(string(r.payload))
+		created.Time(w.now)
+	}
+	var ns, newest, ltenants, agents, investors consumer.Array
+	for _, id := range ids {
+		bp := w.bumps[id]
+		ns.Int(bp.n)
+		newest.Time(bp.newest)
+		ltenants.UUID(bp.read.TenantID)
+		agents.UUID(bp.read.ExecutorAgentUserID)
+		investors.UUID(bp.read.PrimaryInvestorUserID)
+	}
+	claimArgs := []any{consumer.UUIDArray(ids), w.now, &ns, &newest, &ltenants, &agents, &investors, StatusActive}
+	var b sql.Builder
+	b.SetDialect(dialect.Postgres)
+	b.SetTotal(len(claimArgs)) // the insert's arguments follow the claim's
+	b.WriteString("WITH inserted AS (")
+	consumer.WriteInsertRows(&b, leadevent.Table, []consumer.Column{
+		{Name: leadevent.FieldID, Type: "uuid", Values: &eids},
+		{Name: leadevent.FieldLeadID, Type: "uuid", Values: &leads},
+		{Name: leadevent.FieldTenantID, Type: "uuid", Values: &tenants},
+		{Name: leadevent.FieldType, Type: "text", Values: &types},
+		{Name: leadevent.FieldOccurredAt, Type: "timestamptz", Values: &occurred},
+		{Name: leadevent.FieldSourceMessageID, Type: "uuid", Values: &sources},
+		{Name: leadevent.FieldPayload, Type: "jsonb", Values: &payloads},
+		{Name: leadevent.FieldCreatedAt, Type: "timestamptz", Values: &created},
+	}, "RETURNING 1")
+	b.WriteString("),\n" + claimSQL)
+	q, insertArgs := b.Query()
+	return q, append(claimArgs, insertArgs...)
+}
+
+// claimSQL is writeSQL's part after the insert (inserted), on arguments
+// $1–$8: the leads' ids in id order, updated_at, then, lead by lead, its
+// appends, its newest OccurredAt and the tenant, agent and investor Read
+// resolved it with; the status, Active.
+const claimSQL = `locked AS MATERIALIZED (
   SELECT id, status, row_version, tenant_id, executor_agent_user_id, primary_investor_user_id
-  FROM leads WHERE id = ANY($1::uuid[]) ORDER BY id FOR NO KEY UPDATE),
+  FROM leads WHERE id = ANY($1::uuid[]) AND (SELECT count(*) FROM inserted) >= 0 ORDER BY id FOR NO KEY UPDATE),
 claimed AS (
   UPDATE leads AS l
   SET updated_at = $2, row_version = l.row_version + u.n, last_event_at = GREATEST(l.last_event_at, u.newest)
@@ -193,56 +242,6 @@ claimed AS (
 SELECT k.id, k.status, k.row_version, k.tenant_id, k.executor_agent_user_id, k.primary_investor_user_id,
   c.was IS NOT DISTINCT FROM k.row_version
 FROM locked AS k LEFT JOIN claimed AS c ON c.id = k.id`
-
-// claimLeads locks the transaction's leads and updates them with one
-// statement (claimSQL; spec step 5): in one order, two writers wait for
-// each other instead of deadlocking; NO KEY UPDATE is what the UPDATE
-// takes, and it does not block the feed inserts' foreign-key checks (KEY
-// SHARE). A lead as read under the lock that is gone is
-// CRM_SELECTION_LEAD_NOT_FOUND, one no longer Active CRM_LEAD_NOT_ACTIVE
-// (CRM-1), one of another tenant or pair CRM_CONCURRENT_UPDATE: the
-// failure of the transaction's first append to it. A row_version moved
-// under the lock, which the lock rules out, would be
-// CRM_CONCURRENT_UPDATE too.
-func (w *writes) claimLeads(ctx context.Context, tx *ent.Tx) error {
-	ids := consumer.SortedIDs(w.bumps)
-	var ns, newest, tenants, agents, investors consumer.Array
-	for _, id := range ids {
-		bp := w.bumps[id]
-		ns.Int(bp.n)
-		newest.Time(bp.newest)
-		tenants.UUID(bp.read.TenantID)
-		agents.UUID(bp.read.ExecutorAgentUserID)
-		investors.UUID(bp.read.PrimaryInvestorUserID)
-	}
-	rows, err := tx.QueryContext(ctx, claimSQL, consumer.UUIDArray(ids), w.now, &ns, &newest, &tenants, &agents, &investors, StatusActive)
-	if err != nil {
-		return fmt.Errorf("lock and update the transaction's %d leads: %w", len(ids), err)
-	}
-	defer rows.Close()
-	type state struct {
-		lead    *ent.Lead
-		updated bool
-	}
-	now := make(map[uuid.UUID]state, len(ids))
-	for rows.Next() {
-		l := &ent.Lead{}
-		var updated bool
-		if err := rows.Scan(&l.ID, &l.Status, &l.RowVersion, &l.TenantID, &l.ExecutorAgentUserID, &l.PrimaryInvestorUserID, &updated); err != nil {
-			return fmt.Errorf("lock and update the transaction's %d leads: %w", len(ids), err)
-		}
-		now[l.ID] = state{l, updated}
-	}
-	if err := rows.Err(); err != nil {
-		return fmt.Errorf("lock and update the transaction's %d leads: %w", len(ids), err)
-	}
-	for _, id := range ids {
-		if st := now[id]; !st.updated {
-			return w.moved(id, st.lead)
-		}
-	}
-	return nil
-}
 
 // sameLead reports whether cur is still the lead Read resolved for the
 // appends: the same tenant (CRM-4) and pair.
