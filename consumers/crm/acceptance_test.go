@@ -369,9 +369,8 @@ func TestAC5_RedeliveryAndReplayDuplicateNothing(t *testing.T) {
 // CRM_LEAD_NOT_ACTIVE, nothing appended; handled like a missing lead.
 func TestAC6_LeadLeavingActiveBeforeTheWriteAppendsNothing(t *testing.T) {
 	// Where production meets it: before the writer's statement, or while
-	// it runs, between the feed's insert (whose foreign-key checks take
-	// KEY SHARE, which an edit of the status does not wait for) and the
-	// lock (held: the expiry commits once the lock waits for it).
+	// it runs, between the feed's insert and the lock (held: the expiry
+	// commits once the lock waits for it).
 	for _, where := range []struct {
 		name string
 		held bool
@@ -581,27 +580,45 @@ func TestAnEditBeforeTheWritersLockIsReadUnderIt(t *testing.T) {
 	})
 }
 
-// A lead deleted after Read resolved it and before the writer's insert (a
-// lead without entries; the feed's foreign key keeps the others) fails
-// the insert, which names no message: the batch's messages go again
-// alone, where the deleted lead's finds no lead, as any missing lead (its
-// 7 attempts, then the DLQ with that code, never another), and the other
+// A lead deleted after Read resolved it (a lead without entries; the
+// feed's foreign key keeps the others), before the writer's statement or
+// while it runs (held: the delete commits once the statement's lock waits
+// for it, after the feed's insert), fails the statement's foreign-key
+// check, which names no message: the batch's messages go again alone,
+// where the deleted lead's finds no lead, as any missing lead (its 7
+// attempts, then the DLQ with that code, never another), and the other
 // is appended.
 func TestALeadDeletedBeforeTheWriteIsNotFound(t *testing.T) {
-	h := newHarness(t)
-	hooks := newHooks(t, &testHookBeforeWriting)
-	at := micro(time.Now().Add(-time.Hour))
-	gone, kept := h.insertLead("Active"), h.insertLead("Active")
-	hooks.once(gone.ID, func() { h.execAsync(`DELETE FROM leads WHERE id = $1`, gone.ID) })
-	e, other := newEvent(gone, "Shared", at).on(5), newEvent(kept, "Shared", at).on(5)
-	offs := h.produce(e, other) // before the start: one batch
-	h.start(0, "")
-	h.waitOutcome(other.MessageID, "attached")
-	ms := h.AwaitDLQ(1)
-	h.checkDeadLetter(ms[0], e, offs[0], CodeLeadNotFound.Name, 7)
-	h.waitCommitted(Group, 5, offs[1]+1)
-	if n := h.Count(`SELECT count(*) FROM lead_events WHERE source_message_id = $1`, e.MessageID); n != 0 {
-		t.Fatalf("%d entries of the deleted lead's event, want 0", n)
+	for _, where := range []struct {
+		name string
+		held bool
+	}{
+		{"before the writer's statement", false},
+		{"after the feed's insert, before the lock", true},
+	} {
+		t.Run(where.name, func(t *testing.T) {
+			h := newHarness(t)
+			hooks := newHooks(t, &testHookBeforeWriting)
+			at := micro(time.Now().Add(-time.Hour))
+			gone, kept := h.insertLead("Active"), h.insertLead("Active")
+			hooks.once(gone.ID, func() {
+				h.editLead(where.held, func(tx *sql.Tx) error {
+					_, err := tx.Exec(`DELETE FROM leads WHERE id = $1`, gone.ID)
+					return err
+				})
+			})
+			e, other := newEvent(gone, "Shared", at).on(5), newEvent(kept, "Shared", at).on(5)
+			offs := h.produce(e, other) // before the start: one batch
+			h.start(0, "")
+			h.waitOutcome(other.MessageID, "attached")
+			h.checkEdits(t, 1)
+			ms := h.AwaitDLQ(1)
+			h.checkDeadLetter(ms[0], e, offs[0], CodeLeadNotFound.Name, 7)
+			h.waitCommitted(Group, 5, offs[1]+1)
+			if n := h.Count(`SELECT count(*) FROM lead_events WHERE source_message_id = $1`, e.MessageID); n != 0 {
+				t.Fatalf("%d entries of the deleted lead's event, want 0", n)
+			}
+		})
 	}
 }
 

@@ -98,19 +98,20 @@ func (h *harness) execAsync(q string, args ...any) {
 	}
 }
 
-// writerLike matches the writer's statement (writeSQL) in
-// pg_stat_activity.
-const writerLike = "WITH inserted AS (INSERT INTO%"
-
 // editLead runs edit, an edit of leads, in a transaction of its own: for
 // the writer's hook (testHookBeforeWriting). Held, the edit commits only
-// once the writer's statement waits for a lock its rows hold: an edit
-// that commits while that statement runs, after the feed's insert and
-// before the leads' lock. How it ended goes to h.edits (checkEdits).
+// once the writer's statement (writeSQL) waits for it, blocked by the
+// edit's session: an edit that commits while that statement runs, after
+// the feed's insert and before the leads' lock. How it ended goes to
+// h.edits (checkEdits), which holds 64 unread.
 func (h *harness) editLead(held bool, edit func(*sql.Tx) error) {
 	tx, err := h.DB.Begin()
+	var pid int
 	if err == nil {
-		if err = edit(tx); err != nil {
+		if err = tx.QueryRow(`SELECT pg_backend_pid()`).Scan(&pid); err == nil {
+			err = edit(tx)
+		}
+		if err != nil {
 			_ = tx.Rollback()
 		}
 	}
@@ -122,16 +123,18 @@ func (h *harness) editLead(held bool, edit func(*sql.Tx) error) {
 		return
 	}
 	go func() {
-		deadline := time.Now().Add(10 * time.Second)
+		deadline := time.Now().Add(servicetest.Wait)
 		for {
-			n, err := consumertest.LockWaiters(context.Background(), h.DB, writerLike)
-			if err == nil && n == 1 {
+			var n int
+			err := h.DB.QueryRow(`SELECT count(*) FROM pg_stat_activity
+				WHERE datname = current_database() AND query LIKE 'WITH inserted AS (INSERT INTO%' AND $1 = ANY(pg_blocking_pids(pid))`, pid).Scan(&n)
+			if err == nil && n >= 1 {
 				h.edits <- tx.Commit()
 				return
 			}
 			if time.Now().After(deadline) {
 				_ = tx.Rollback()
-				h.edits <- fmt.Errorf("the writer never waited for the edit's lock (%v)", err)
+				h.edits <- fmt.Errorf("the writer's statement never waited for the edit (%v)", err)
 				return
 			}
 			time.Sleep(10 * time.Millisecond)

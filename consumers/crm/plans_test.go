@@ -1,6 +1,7 @@
 package crm
 
 import (
+	"encoding/json"
 	"fmt"
 	"strings"
 	"testing"
@@ -65,12 +66,60 @@ func TestTheLeadsUpdateReadsOnlyItsLeads(t *testing.T) {
 	if read > 4 {
 		t.Fatalf("the generic plan read %d lead rows to lock and update 2: %s", read, plan)
 	}
+	if !lockedAfterTheInsert(t, plan) {
+		t.Fatalf("the leads' lock does not wait for the feed's insert (a one-time filter on its count): %s", plan)
+	}
 	if n := h.Count(`SELECT count(*) FROM leads WHERE row_version = 1`); n != 0 {
 		t.Fatalf("%d leads updated by a rolled-back check", n)
 	}
 	if n := h.Count(`SELECT count(*) FROM lead_events`); n != 0 {
 		t.Fatalf("%d entries appended by a rolled-back check", n)
 	}
+}
+
+// planNode is a node of EXPLAIN's JSON, what lockedAfterTheInsert reads.
+type planNode struct {
+	Type     string     `json:"Node Type"`
+	Relation string     `json:"Relation Name"`
+	CTE      string     `json:"CTE Name"`
+	Subplan  string     `json:"Subplan Name"`
+	OneTime  string     `json:"One-Time Filter"`
+	Plans    []planNode `json:"Plans"`
+}
+
+// lockedAfterTheInsert reports whether writeSQL's plan locks the leads
+// only once the feed's insert is whole: under the CTE locked, an InitPlan
+// counting the CTE inserted, and the scan of leads below a one-time
+// filter. Without that gate PostgreSQL may lock first and insert later.
+func lockedAfterTheInsert(t *testing.T, plan string) bool {
+	t.Helper()
+	var p []struct{ Plan planNode }
+	if err := json.Unmarshal([]byte(plan), &p); err != nil || len(p) != 1 {
+		t.Fatalf("EXPLAIN's JSON: %v", err)
+	}
+	var find func(n planNode, ok func(planNode) bool) *planNode
+	find = func(n planNode, ok func(planNode) bool) *planNode {
+		if ok(n) {
+			return &n
+		}
+		for _, c := range n.Plans {
+			if f := find(c, ok); f != nil {
+				return f
+			}
+		}
+		return nil
+	}
+	locked := find(p[0].Plan, func(n planNode) bool { return n.Subplan == "CTE locked" })
+	if locked == nil {
+		return false
+	}
+	counts := find(*locked, func(n planNode) bool {
+		return strings.HasPrefix(n.Subplan, "InitPlan") && find(n, func(c planNode) bool { return c.CTE == "inserted" }) != nil
+	})
+	gated := find(*locked, func(n planNode) bool {
+		return n.OneTime != "" && find(n, func(c planNode) bool { return c.Relation == "leads" }) != nil
+	})
+	return counts != nil && gated != nil
 }
 
 // Read's feed lookup (readSQL's second part) finds a message's entry in

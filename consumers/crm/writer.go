@@ -92,13 +92,16 @@ type queuedEntry struct {
 
 // write is the service's Write (spec step 5): one statement, writeSQL,
 // appends the transaction's feed rows, an entry's tenant its lead's
-// (CRM-4), then locks and updates their leads. The feed goes first so
-// that the lock, which the other lane's writer waits for, is held for the
-// leads' update and the commit only: the insert's foreign-key checks take
-// KEY SHARE, which no writer's NO KEY UPDATE waits for. What the lock
-// then finds (a lead no longer Active, another tenant) fails the
-// transaction, the entries with it. One statement, not two, is one round
-// trip less per transaction (bench/README.md, session 20).
+// (CRM-4), then locks and updates their leads. The feed goes first, so
+// that its waits (a second processor's entry in the unique index of
+// source messages) come before any lead's lock, which the other lane's
+// writer waits for. The feed's foreign-key checks (KEY SHARE, a lookup a
+// row) run at the statement's end, on leads the statement holds FOR NO
+// KEY UPDATE already: they never wait, and the lock is held for them, the
+// update and the commit. What the lock finds (a lead no longer Active,
+// another tenant) fails the transaction, the entries with it. One
+// statement, not two, is one round trip less per transaction
+// (bench/README.md, session 20).
 //
 // The INSERT has no ON CONFLICT: an entry of the same message written
 // since Read looked, past its mark (a second processor of the message
