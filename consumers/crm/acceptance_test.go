@@ -371,13 +371,7 @@ func TestAC6_LeadLeavingActiveBeforeTheWriteAppendsNothing(t *testing.T) {
 	// Where production meets it: before the writer's statement, or while
 	// it runs, between the feed's insert and the lock (held: the expiry
 	// commits once the lock waits for it).
-	for _, where := range []struct {
-		name string
-		held bool
-	}{
-		{"before the writer's statement", false},
-		{"after the feed's insert, before the lock", true},
-	} {
+	for _, where := range editMoments {
 		t.Run(where.name, func(t *testing.T) {
 			h := newHarness(t)
 			hooks := newHooks(t, &testHookBeforeWriting)
@@ -589,13 +583,7 @@ func TestAnEditBeforeTheWritersLockIsReadUnderIt(t *testing.T) {
 // attempts, then the DLQ with that code, never another), and the other
 // is appended.
 func TestALeadDeletedBeforeTheWriteIsNotFound(t *testing.T) {
-	for _, where := range []struct {
-		name string
-		held bool
-	}{
-		{"before the writer's statement", false},
-		{"after the feed's insert, before the lock", true},
-	} {
+	for _, where := range editMoments {
 		t.Run(where.name, func(t *testing.T) {
 			h := newHarness(t)
 			hooks := newHooks(t, &testHookBeforeWriting)

@@ -98,6 +98,16 @@ func (h *harness) execAsync(q string, args ...any) {
 	}
 }
 
+// editMoments are the two moments a test edits a lead at (editLead):
+// before the writer's statement, or while it runs (held).
+var editMoments = []struct {
+	name string
+	held bool
+}{
+	{"before the writer's statement", false},
+	{"after the feed's insert, before the lock", true},
+}
+
 // editLead runs edit, an edit of leads, in a transaction of its own: for
 // the writer's hook (testHookBeforeWriting). Held, the edit commits only
 // once the writer's statement (writeSQL) waits for it, blocked by the

@@ -117,12 +117,12 @@ func write(ctx context.Context, tx *ent.Tx, v *view) error {
 	if len(w.rows) == 0 {
 		return nil
 	}
+	ids := consumer.SortedIDs(w.bumps)
 	if testHookBeforeWriting != nil {
-		for _, id := range consumer.SortedIDs(w.bumps) {
+		for _, id := range ids {
 			testHookBeforeWriting(ctx, id)
 		}
 	}
-	ids := consumer.SortedIDs(w.bumps)
 	q, args := w.writeSQL(ids)
 	rows, err := tx.QueryContext(ctx, q, args...)
 	if err != nil {
