@@ -21,7 +21,8 @@ import (
 // milliseconds, long enough for /proc's CPU ticks; 300 events took 30 ms
 // once the group started from committed offsets). It asserts no speed. --sql-time, the bound
 // of the pgbench SQL limit that was removed, is still accepted. The server
-// gets the bench's min_wal_size, 1 GB of segments made ready.
+// gets the bench's min_wal_size, 1 GB of segments made ready, and the
+// database is settled before the max run and again before the paced one.
 func TestBenchEndToEnd(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts PostgreSQL, the broker and a consumer")
@@ -36,6 +37,8 @@ func TestBenchEndToEnd(t *testing.T) {
 	runExpecting(t, cmd,
 		"═══ rewards",
 		"broker only",
+		"database settled in",
+		"database settled again in",
 		"consumer: assigned → last offset committed",
 		"p50 / p99 produce → database commit",
 		"p50 / p99 produce → offset commit",
@@ -60,6 +63,7 @@ func TestBenchEndToEnd(t *testing.T) {
 	}{
 		{"broker-only rate measured", r.BrokerOnly.AssignedEPS > 0},
 		{"consumer rate measured", r.Consumer.EPS > 0 && r.Consumer.AssignedEPS > 0},
+		{"the database settled before each run", r.Consumer.SettleS > 0 && r.Paced.SettleS > 0},
 		{"paced at --paced-rate", r.Paced.FixedRate && r.Paced.TargetEPS == 150 && r.Paced.Events == 300},
 		{"CPU of the paced run measured", r.Paced.CPU != nil && r.Paced.CPU.Consumer > 0 && r.Paced.CPU.Postgres > 0},
 		{"every paced message has a database commit time", r.Paced.DBn == r.Paced.Events},

@@ -421,11 +421,12 @@ func (b *benchmark) runService(ctx context.Context, t demo.Topic) (*serviceResul
 	}
 	r.BrokerOnly.Events = pre
 
-	// 2. The consumer, then the paced run on the same process, on a
+	// 2. The consumer, then the paced run on the same process, each on a
 	// settled database (settle).
-	if err := b.settle(ctx); err != nil {
+	if r.Consumer.SettleS, err = b.settle(ctx); err != nil {
 		return nil, err
 	}
+	b.say("  database settled in %.1f s (VACUUM (ANALYZE), CHECKPOINT)", r.Consumer.SettleS)
 	logPath := filepath.Join(b.work, t.Service+"-consumer.log")
 	pr, t0, err := b.startConsumer(t.Service, logPath)
 	if err != nil {
@@ -443,6 +444,10 @@ func (b *benchmark) runService(ctx context.Context, t demo.Topic) (*serviceResul
 	// goes, so that its threads and its poller (a goroutine in a cgo call
 	// that returns every 100 ms) do not share the paced run's cores.
 	f.close()
+	if r.Paced.SettleS, err = b.settle(ctx); err != nil {
+		return nil, err
+	}
+	b.say("  database settled again in %.1f s: the max run's maintenance is not the paced run's", r.Paced.SettleS)
 	b.say("  paced at %.0f events/s for %s …", b.pacedRate(r), b.Paced)
 	recs, obs, err := b.pacedRun(ctx, pr.Pid(), w, next, r)
 	if err != nil {
@@ -685,24 +690,37 @@ func (b *benchmark) outcomes(ctx context.Context, t demo.Topic, w *offsetWatcher
 	return nil
 }
 
-// settle leaves the database with no maintenance owed before a consumer's
-// max run: VACUUM (ANALYZE) of every table with rows (live or dead), then
-// a CHECKPOINT. Without it autovacuum worked off the previous consumers'
-// writes during the next one's runs: in one run of the three, during
-// crm's paced run it vacuumed messenger's tables, rewards' bonds (47 MB of
-// WAL, 7,554 full pages) and the marks (735,000 rows), and crm's p99 was
-// 133 ms against 60 alone, the per-second p99 rising as the vacuum went
-// on. A consumer is charged with the maintenance of its own writes only,
-// whatever the order of the runs. A table that never had rows is left
-// alone: analyzed empty, the next consumer's connections would plan their
-// statements for an empty table (one of rewards' reads then scanned the
-// whole replica, until it was rewritten), a state production knows only
-// for the minutes before autovacuum's first ANALYZE.
-func (b *benchmark) settle(ctx context.Context) error {
+// settle leaves the database with no maintenance owed before each of a
+// consumer's runs, the max run and the paced one: VACUUM (ANALYZE) of
+// every table with rows (live or dead), then a CHECKPOINT, and reports
+// how long that took. A run is charged with the maintenance of its own
+// writes only, whatever came before it:
+//   - Before the max run, the previous consumers'. Without it autovacuum
+//     worked off their writes during the next one's runs: in one run of
+//     the three, during crm's paced run it vacuumed messenger's tables,
+//     rewards' bonds (47 MB of WAL, 7,554 full pages) and the marks
+//     (735,000 rows), and crm's p99 was 133 ms against 60 alone, the
+//     per-second p99 rising as the vacuum went on.
+//   - Before the paced run, the max run's: its N events put the marks,
+//     and the consumer's own tables, past autovacuum's thresholds, and
+//     autovacuum's next visit of the database (every autovacuum_naptime,
+//     a minute) came inside crm's paced run of `make bench` in every
+//     logged run: ANALYZE of the marks and of the feed, 0.7 and 0.5 s of
+//     a core, and the paced p99 of that half-second 213–660 ms
+//     (bench/README.md, session 21).
+//
+// A table that never had rows is left alone: analyzed empty, the next
+// consumer's connections would plan their statements for an empty table
+// (one of rewards' reads then scanned the whole replica, until it was
+// rewritten), a state production knows only for the minutes before
+// autovacuum's first ANALYZE.
+func (b *benchmark) settle(ctx context.Context) (seconds float64, err error) {
+	start := time.Now()
+	defer func() { seconds = time.Since(start).Seconds() }()
 	rows, err := b.db.QueryContext(ctx, `SELECT format('%I.%I', schemaname, tablename), format('%I.%I', schemaname, tablename)::regclass::oid FROM pg_tables
 		WHERE schemaname NOT IN ('pg_catalog', 'information_schema') AND schemaname NOT LIKE 'pg\_temp%'`)
 	if err != nil {
-		return fmt.Errorf("settle the database before the run: %w", err)
+		return 0, fmt.Errorf("settle the database before the run: %w", err)
 	}
 	type table struct {
 		name string
@@ -713,30 +731,30 @@ func (b *benchmark) settle(ctx context.Context) error {
 		var t table
 		if err := rows.Scan(&t.name, &t.oid); err != nil {
 			rows.Close()
-			return fmt.Errorf("settle the database before the run: %w", err)
+			return 0, fmt.Errorf("settle the database before the run: %w", err)
 		}
 		tables = append(tables, t)
 	}
 	rows.Close()
 	if err := rows.Err(); err != nil {
-		return fmt.Errorf("settle the database before the run: %w", err)
+		return 0, fmt.Errorf("settle the database before the run: %w", err)
 	}
 	for _, t := range tables {
 		// Rows, or dead ones to vacuum (a table emptied by deletes).
 		var has bool
 		if err := b.db.QueryRowContext(ctx, `SELECT EXISTS (SELECT FROM `+t.name+`) OR
 			coalesce((SELECT n_dead_tup > 0 FROM pg_stat_all_tables WHERE relid = $1), false)`, t.oid).Scan(&has); err != nil {
-			return fmt.Errorf("settle the database before the run: %s: %w", t.name, err)
+			return 0, fmt.Errorf("settle the database before the run: %s: %w", t.name, err)
 		}
 		if !has {
 			continue
 		}
 		if _, err := b.db.ExecContext(ctx, `VACUUM (ANALYZE) `+t.name); err != nil {
-			return fmt.Errorf("settle the database before the run: VACUUM %s: %w", t.name, err)
+			return 0, fmt.Errorf("settle the database before the run: VACUUM %s: %w", t.name, err)
 		}
 	}
 	if _, err := b.db.ExecContext(ctx, `CHECKPOINT`); err != nil {
-		return fmt.Errorf("settle the database before the run: CHECKPOINT: %w", err)
+		return 0, fmt.Errorf("settle the database before the run: CHECKPOINT: %w", err)
 	}
-	return nil
+	return 0, nil
 }

@@ -85,13 +85,16 @@ type consumerRun struct {
 	// JoinEstimated: the consumer logged no "partitions assigned" line
 	// (LOG_LEVEL above info); the broker-only loop's join time stands in.
 	JoinEstimated bool    `json:"join_estimated,omitempty"`
-	StartupS      float64 `json:"startup_seconds"`     // start → first event committed in the database
-	SteadyEPS     float64 `json:"steady_events_per_s"` // first → last database commit (log lines)
-	WallUsPer     float64 `json:"wall_us_per_event"`   // 1e6 / EPS
-	CPUUsPer      float64 `json:"consumer_cpu_us_per_event"`
-	PGUsPer       float64 `json:"postgres_cpu_us_per_event"`
-	CPU           cpuUse  `json:"cpu"`
-	RSSMiB        float64 `json:"rss_peak_mib_after_max_run"`
+	StartupS      float64 `json:"startup_seconds"` // start → first event committed in the database
+	// SettleS: the settle before the run (settle), seconds. Absent before
+	// 2026-12-06 evening.
+	SettleS   float64 `json:"settle_seconds,omitempty"`
+	SteadyEPS float64 `json:"steady_events_per_s"` // first → last database commit (log lines)
+	WallUsPer float64 `json:"wall_us_per_event"`   // 1e6 / EPS
+	CPUUsPer  float64 `json:"consumer_cpu_us_per_event"`
+	PGUsPer   float64 `json:"postgres_cpu_us_per_event"`
+	CPU       cpuUse  `json:"cpu"`
+	RSSMiB    float64 `json:"rss_peak_mib_after_max_run"`
 	// The RSS after the max run in anonymous memory (the heap, stacks,
 	// librdkafka's buffers) and in pages of files (the binary's text and
 	// data: mapped in 2 MiB pages where the page cache holds the file in
@@ -230,6 +233,9 @@ type pacedRun struct {
 	ActualEPS float64 `json:"produced_events_per_s"`
 	Events    int     `json:"events"`
 	CPU       *cpuUse `json:"cpu,omitempty"` // first produce → last offset commit (absent before 2026-11-30 evening)
+	// SettleS: the settle between the max run and this one (settle),
+	// seconds. Absent before 2026-12-06 evening, when there was none.
+	SettleS float64 `json:"settle_seconds,omitempty"`
 	// CPU seconds per paced event over the same span, and the paced
 	// run's transactions (pin_consumer_batch_size), to set against the
 	// max run's: a half load in small transactions costs more per event.
