@@ -86,15 +86,20 @@ type consumerRun struct {
 	// (LOG_LEVEL above info); the broker-only loop's join time stands in.
 	JoinEstimated bool    `json:"join_estimated,omitempty"`
 	StartupS      float64 `json:"startup_seconds"` // start → first event committed in the database
-	// SettleS: the settle before the run (settle), seconds. Absent before
-	// 2026-12-06 evening.
-	SettleS   float64 `json:"settle_seconds,omitempty"`
-	SteadyEPS float64 `json:"steady_events_per_s"` // first → last database commit (log lines)
-	WallUsPer float64 `json:"wall_us_per_event"`   // 1e6 / EPS
-	CPUUsPer  float64 `json:"consumer_cpu_us_per_event"`
-	PGUsPer   float64 `json:"postgres_cpu_us_per_event"`
-	CPU       cpuUse  `json:"cpu"`
-	RSSMiB    float64 `json:"rss_peak_mib_after_max_run"`
+	// SettleS: the settle before the run (settle), seconds.
+	// MaintenancePGUsPer: PostgreSQL's CPU in the settle after the run
+	// (the maintenance its N events owed, done before the paced run), µs
+	// per event of the run; in neither PGUsPer nor the ceiling. Both
+	// absent before 2026-12-06 evening. Through --db-latency's proxy the
+	// settle's time includes its statements' round trips.
+	SettleS            float64 `json:"settle_seconds,omitempty"`
+	MaintenancePGUsPer float64 `json:"maintenance_postgres_cpu_us_per_event,omitempty"`
+	SteadyEPS          float64 `json:"steady_events_per_s"` // first → last database commit (log lines)
+	WallUsPer          float64 `json:"wall_us_per_event"`   // 1e6 / EPS
+	CPUUsPer           float64 `json:"consumer_cpu_us_per_event"`
+	PGUsPer            float64 `json:"postgres_cpu_us_per_event"`
+	CPU                cpuUse  `json:"cpu"`
+	RSSMiB             float64 `json:"rss_peak_mib_after_max_run"`
 	// The RSS after the max run in anonymous memory (the heap, stacks,
 	// librdkafka's buffers) and in pages of files (the binary's text and
 	// data: mapped in 2 MiB pages where the page cache holds the file in
