@@ -45,6 +45,7 @@ func TestBenchEndToEnd(t *testing.T) {
 		"peak RSS",
 		"ceiling at this cost",
 		"events/s ÷ ceiling on the cores left",
+		"steady window (5 → 95 % of the events committed",
 		"--sql-time is ignored",
 		"segments ready for reuse (min_wal_size 1GB)",
 	)
@@ -63,6 +64,12 @@ func TestBenchEndToEnd(t *testing.T) {
 	for _, n := range r.Consumer.Outcomes {
 		marks += n
 	}
+	// The steady window's ends are found by polls 20 ms apart: at N =
+	// 5,000 the first may come late by a few hundred events.
+	s := r.Consumer.Steady
+	steady := s != nil && s.From == 0.05 && s.To == 0.95 && s.Events >= int64(r.Events)/2 && s.Events <= int64(r.Events)*95/100 &&
+		s.Seconds > 0 && s.EPS > 0 && s.CPUUsPer > 0 && s.PGUsPer > 0 && s.CPU.Cores > 0
+	onSteady := steady && strings.Contains(r.Targets[1].Why, "steady window")
 	checks := []struct {
 		what string
 		ok   bool
@@ -81,6 +88,8 @@ func TestBenchEndToEnd(t *testing.T) {
 		{"the consumer exited cleanly", r.ExitCode == 0},
 		{"ceiling computed", r.Consumer.Ceiling != nil && r.Consumer.Ceiling.EPS > 0 && r.Consumer.Ceiling.EPSOnCoresLeft > 0},
 		{"machine idle share measured", r.Consumer.CPU.Idle > 0 && r.Consumer.CPU.Idle < 1},
+		{"the steady window measured, 5 → 95 % of the events committed", steady},
+		{"the ceiling target on the steady window when it lasted a second, else on the whole run", steady && onSteady == (s.Seconds >= 1) && (s.Ceiling != nil) == onSteady},
 		{"targets evaluated", len(r.Targets) == 5},
 		{"the bench's min_wal_size recorded", oneBenchRun(t, results).Knobs["postgres min_wal_size"] == "1GB"},
 	}

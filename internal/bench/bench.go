@@ -546,6 +546,9 @@ func (b *benchmark) maxRun(ctx context.Context, p *devenv.Consumer, logPath stri
 	deadline := t0.Add(b.Timeout)
 	var end []int64
 	minBacklog := int64(-1)
+	// The steady window's ends: the first looks at which steadyFrom of the
+	// events were committed, then at which steadyTo were.
+	var steady [2]steadyPoint
 	for {
 		cur := s.current()
 		produced, high := f.state()
@@ -559,6 +562,12 @@ func (b *benchmark) maxRun(ctx context.Context, p *devenv.Consumer, logPath stri
 			}
 		}
 		bar.Set(int(got))
+		for i, share := range [2]float64{steadyFrom, steadyTo} {
+			if steady[i].at.IsZero() && float64(got) >= share*float64(r.Events) && (i == 0 || !steady[0].at.IsZero()) {
+				steady[i] = steadyPoint{takeCPU(pid, b.postmaster), time.Now(), got}
+				break
+			}
+		}
 		if done {
 			end = high
 			break
@@ -635,6 +644,7 @@ func (b *benchmark) maxRun(ctx context.Context, p *devenv.Consumer, logPath stri
 	c.WallUsPer = 1e6 / c.AssignedEPS
 	c.CPU = cpuBetween(cpu0, cpu1, cpu1At.Sub(cpu0At).Seconds(), runtime.NumCPU())
 	c.CPU.Paused = pausedBetween(cpu0At, cpu1At)
+	c.Steady = steadyBetween(steady[0], steady[1], runtime.NumCPU())
 	c.CPUUsPer = (cpu1.consumer - cpu0.consumer) / float64(r.Events) * 1e6
 	c.PGUsPer = (cpu1.postgres - cpu0.postgres) / float64(r.Events) * 1e6
 	if st, ok := procStatus(pid); ok {

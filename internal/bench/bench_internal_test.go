@@ -312,6 +312,69 @@ func TestCeiling(t *testing.T) {
 	}
 }
 
+// The steady window is the max run between 5 and 95 % of its events
+// committed, with its own rate, CPU per event and ceiling; the ceiling
+// target is on it when it lasted steadyMin, else on the whole run.
+func TestSteadyWindow(t *testing.T) {
+	t0 := time.Now()
+	a := steadyPoint{cpuSnapshot{consumer: 10, postgres: 20, pinctl: 1, busy: 100, total: 200}, t0, 5000}
+	z := steadyPoint{cpuSnapshot{consumer: 11.6, postgres: 21.2, pinctl: 1.8, busy: 103.6, total: 204}, t0.Add(2 * time.Second), 85000}
+	s := steadyBetween(a, z, 2)
+	if s == nil || s.Events != 80000 || !near(s.Seconds, 2) || !near(s.EPS, 40000) || !near(s.CPUUsPer, 20) || !near(s.PGUsPer, 15) ||
+		!near(s.CPU.Consumer, 0.8) || !near(s.CPU.Postgres, 0.6) || !near(s.CPU.Pinctl, 0.4) || !near(s.CPU.Idle, 0.1) || s.From != steadyFrom || s.To != steadyTo {
+		t.Fatalf("steady window %+v", s)
+	}
+	for _, e := range [][2]steadyPoint{{{}, z}, {a, {}}, {a, a}, {z, a}} {
+		if s := steadyBetween(e[0], e[1], 2); s != nil {
+			t.Fatalf("a window without two ends in order: %+v", s)
+		}
+	}
+
+	// The whole run: 30,000 ev/s at 25 + 20 µs, the machine 20 % idle
+	// (81 % of its cores left); the steady window: 40,000 at 20 + 15 µs on
+	// 2 − 0.4 − 0.1 cores (93.3 %).
+	r := &serviceResult{}
+	r.Consumer.AssignedEPS, r.Consumer.CPUUsPer, r.Consumer.PGUsPer = 30000, 25, 20
+	r.Consumer.CPU = cpuUse{Consumer: 0.75, Postgres: 0.6, Pinctl: 0.3, Others: 0.05, Machine: 1.6, Idle: 0.2, Cores: 2}
+	s.CPU.Others = 0.1
+	r.Consumer.Steady = s
+	r.evaluate()
+	if tc := r.Targets[1]; !tc.Met || tc.Value != "93.3 %" || tc.Why != "in the steady window" {
+		t.Fatalf("ceiling target %+v", tc)
+	}
+	if c := r.Consumer.Ceiling; c == nil || !near(c.ReachedOnCoresLeft, 30000*45e-6/1.65) {
+		t.Fatalf("the whole run's ceiling %+v", c)
+	}
+	if l := steadyLine(s); !strings.HasPrefix(l, "steady window (5 → 95 % of the events committed, 2.00 s): 40,000 ev/s at 20 + 15 µs of consumer + PostgreSQL CPU per event; ceiling at this cost: 57,143 ev/s on 2 cores (reached 70 %); 42,857 ev/s on the 1.50 cores") {
+		t.Fatalf("line %q", l)
+	}
+	s.EPS = 30000 // 70 % of its cores left
+	r.evaluate()
+	if tc := r.Targets[1]; tc.Met || tc.Value != "70.0 %" ||
+		tc.Why != "in the steady window, 30,000 of 42,857 ev/s on 1.50 cores; the machine was 10 % idle: waits, not cores, held the rate" {
+		t.Fatalf("ceiling target %+v", tc)
+	}
+	s.CPU.Paused = 3
+	r.evaluate()
+	if tc := r.Targets[1]; tc.Why != "the machine stood still for 3.0 s during the max run's steady window" {
+		t.Fatalf("ceiling target %+v", tc)
+	}
+
+	// Too short a window is kept and said, and the target is the whole
+	// run's.
+	s.Seconds, s.CPU.Paused, s.Ceiling = 0.4, 0, nil
+	r.evaluate()
+	if tc := r.Targets[1]; tc.Met || tc.Value != "81.8 %" || strings.Contains(tc.Why, "steady") || s.Ceiling != nil {
+		t.Fatalf("ceiling target %+v, window's ceiling %+v", tc, s.Ceiling)
+	}
+	if l := steadyLine(s); !strings.HasSuffix(l, "shorter than 1 s, too short to measure: the target is on the whole run") {
+		t.Fatalf("line %q", l)
+	}
+	if steadyLine(nil) != "" {
+		t.Fatal("a line without a window")
+	}
+}
+
 // The statements file names a statement by its text on one line, cut; a
 // shape sums its entries.
 func TestStatementText(t *testing.T) {

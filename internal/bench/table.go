@@ -58,6 +58,9 @@ func (b *benchmark) table(r *serviceResult) {
 	if l := ceilingLine(c.Ceiling, c.CPU); l != "" {
 		fmt.Fprintf(b.Out, "  %s\n", l)
 	}
+	if l := steadyLine(c.Steady); l != "" {
+		fmt.Fprintf(b.Out, "  %s\n", l)
+	}
 	if px := c.DBProxy; px != nil {
 		fmt.Fprintf(b.Out, "  PostgreSQL %s away (--db-latency): over the max run the proxy forwarded %.2f chunks per event to it and %.2f back (about one each way per round trip)\n",
 			b.DBLatency, px.ToPostgres, px.FromPostgres)
