@@ -9,6 +9,7 @@ import (
 	"github.com/confluentinc/confluent-kafka-go/v2/kafka"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
+	"go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/pin-platform/pin/ent"
 )
@@ -19,7 +20,28 @@ import (
 // (go test -run '^$' -bench MessageLifecycle -benchmem ./consumers/consumer).
 // Tracing is off, as in a deployment without OTEL_EXPORTER_OTLP_ENDPOINT.
 func BenchmarkMessageLifecycle(b *testing.B) {
-	svc := Service{
+	svc := lifecycleService()
+	log := zerolog.New(io.Discard).Level(zerolog.InfoLevel).With().Timestamp().Logger()
+	r, err := New(Config{}, svc, nil, nil, Options{Logger: log, Registry: prometheus.NewRegistry(), TracerProvider: noop.NewTracerProvider()})
+	if err != nil {
+		b.Fatal(err)
+	}
+	km := lifecycleMessage(svc.Topic)
+	b.ReportAllocs()
+	for b.Loop() {
+		it := r.prepare(km, time.Now())
+		if !it.routed || it.key == "" {
+			b.Fatalf("not routed: %+v", it)
+		}
+		r.logFor(it).Debug().Msg("consumed")
+		it.outcome = Applied
+		r.finish(it, nil)
+	}
+}
+
+// lifecycleService is a service of one route that does nothing.
+func lifecycleService() Service {
+	return Service{
 		Name: "bench", Topic: "pin.bench.v1", Group: "bench", DLQTopic: "pin.bench.v1.dlq",
 		ContractVersion: 1,
 		InvalidCode:     Code{Name: "BENCH_INVALID", Class: Invalid},
@@ -30,13 +52,11 @@ func BenchmarkMessageLifecycle(b *testing.B) {
 			Retries: "bench_retries_total", Lag: "bench_lag_seconds",
 		},
 	}
-	log := zerolog.New(io.Discard).Level(zerolog.InfoLevel).With().Timestamp().Logger()
-	r, err := New(Config{}, svc, nil, nil, Options{Logger: log, Registry: prometheus.NewRegistry()})
-	if err != nil {
-		b.Fatal(err)
-	}
-	topic := svc.Topic
-	km := &kafka.Message{
+}
+
+// lifecycleMessage is a bond-created event of topic, with a traceparent.
+func lifecycleMessage(topic string) *kafka.Message {
+	return &kafka.Message{
 		TopicPartition: kafka.TopicPartition{Topic: &topic, Partition: 3, Offset: 123456},
 		Key:            []byte("0d6f2b6e-1111-4222-8333-444455556666"),
 		Headers:        []kafka.Header{{Key: "traceparent", Value: []byte("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01")}},
@@ -44,16 +64,6 @@ func BenchmarkMessageLifecycle(b *testing.B) {
 			`"CreatedAt":"2026-11-30T10:00:00.123456Z","AggregateId":"0d6f2b6e-1111-4222-8333-444455556666","AggregateType":"ReferralBond",` +
 			`"Payload":{"BondId":"0d6f2b6e-1111-4222-8333-444455556666","ReferredUserId":"1d6f2b6e-1111-4222-8333-444455556666",` +
 			`"ReferrerUserId":"2d6f2b6e-1111-4222-8333-444455556666","ReferrerCompanyId":null,"BoundAt":"2026-11-30T09:59:00Z","Version":1}}`),
-	}
-	b.ReportAllocs()
-	for b.Loop() {
-		it := r.prepare(km, time.Now())
-		if !it.routed || it.key == "" {
-			b.Fatalf("not routed: %+v", it)
-		}
-		r.logFor(it).Debug().Msg("consumed")
-		it.outcome = Applied
-		r.finish(it, nil)
 	}
 }
 

@@ -21,6 +21,7 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/pin-platform/pin/ent"
 	"github.com/pin-platform/pin/internal/kafkaenv"
@@ -57,6 +58,9 @@ type Runtime struct {
 	m      *metrics
 	tracer trace.Tracer
 	prop   propagation.TextMapPropagator
+	// tracingOff: the tracer provider is the no-op one (main's without
+	// OTEL_EXPORTER_OTLP_ENDPOINT), so no attempt spans (startAttempt).
+	tracingOff bool
 
 	// span is what every message's consumer span starts with.
 	span struct {
@@ -152,6 +156,7 @@ func New(cfg Config, svc Service, client *ent.Client, db *sql.DB, opts Options) 
 		tp = otel.GetTracerProvider()
 	}
 	r.tracer = tp.Tracer("github.com/pin-platform/pin/consumers/consumer")
+	_, r.tracingOff = tp.(noop.TracerProvider)
 	r.span.name = "process " + svc.Topic
 	r.span.kind = trace.WithSpanKind(trace.SpanKindConsumer)
 	r.span.attrs = trace.WithAttributes(
