@@ -58,8 +58,9 @@ type Runtime struct {
 	m      *metrics
 	tracer trace.Tracer
 	prop   propagation.TextMapPropagator
-	// tracingOff: the tracer provider is the no-op one (main's without
-	// OTEL_EXPORTER_OTLP_ENDPOINT), so no attempt spans (startAttempt).
+	// tracingOff: the tracer provider is the no-op one (main's without an
+	// OTLP endpoint, or with OTEL_TRACES_EXPORTER=none), so no attempt
+	// spans (startAttempt) and no db.batch span (runTx).
 	tracingOff bool
 
 	// span is what every message's consumer span starts with.

@@ -76,7 +76,7 @@ const (
 // meanwhile) runs again at once, lostRaceRetries times.
 func (r *Runtime) runTx(ctx context.Context, items []*item, mode txMode) txResult {
 	var shared trace.SpanContext
-	if len(items) > 1 { // shared by several messages: a span of its own, linked both ways
+	if len(items) > 1 && !r.tracingOff { // shared by several messages: a span of its own, linked both ways
 		var span trace.Span
 		ctx, span = r.tracer.Start(ctx, "db.batch", trace.WithAttributes(attribute.Int("pin.batch_size", len(items))))
 		defer span.End()

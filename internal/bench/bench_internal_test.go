@@ -324,7 +324,9 @@ func TestSteadyWindow(t *testing.T) {
 		!near(s.CPU.Consumer, 0.8) || !near(s.CPU.Postgres, 0.6) || !near(s.CPU.Pinctl, 0.4) || !near(s.CPU.Idle, 0.1) || s.From != steadyFrom || s.To != steadyTo {
 		t.Fatalf("steady window %+v", s)
 	}
-	for _, e := range [][2]steadyPoint{{{}, z}, {a, {}}, {a, a}, {z, a}} {
+	still := z
+	still.got = a.got // time passed, no event committed
+	for _, e := range [][2]steadyPoint{{{}, z}, {a, {}}, {a, a}, {z, a}, {a, still}} {
 		if s := steadyBetween(e[0], e[1], 2); s != nil {
 			t.Fatalf("a window without two ends in order: %+v", s)
 		}
@@ -364,11 +366,22 @@ func TestSteadyWindow(t *testing.T) {
 	// run's.
 	s.Seconds, s.CPU.Paused, s.Ceiling = 0.4, 0, nil
 	r.evaluate()
-	if tc := r.Targets[1]; tc.Met || tc.Value != "81.8 %" || strings.Contains(tc.Why, "steady") || s.Ceiling != nil {
+	if tc := r.Targets[1]; tc.Met || tc.Value != "81.8 %" || s.Ceiling != nil ||
+		tc.Why != "on the whole run: the steady window lasted 0.40 s, under 1 s; 30,000 of 36,667 ev/s on 1.65 cores; the machine was 20 % idle: waits, not cores, held the rate" {
 		t.Fatalf("ceiling target %+v, window's ceiling %+v", tc, s.Ceiling)
+	}
+	r.Consumer.AssignedEPS = 33000 // 90 % of the whole run's cores left
+	r.evaluate()
+	if tc := r.Targets[1]; !tc.Met || tc.Why != "on the whole run: the steady window lasted 0.40 s, under 1 s" {
+		t.Fatalf("ceiling target %+v", tc)
 	}
 	if l := steadyLine(s); !strings.HasSuffix(l, "shorter than 1 s, too short to measure: the target is on the whole run") {
 		t.Fatalf("line %q", l)
+	}
+	s.Seconds = 1 // a window of exactly steadyMin is measured
+	r.evaluate()
+	if tc := r.Targets[1]; tc.Why != "in the steady window, 30,000 of 42,857 ev/s on 1.50 cores; the machine was 10 % idle: waits, not cores, held the rate" || s.Ceiling == nil {
+		t.Fatalf("a window of %g s: target %+v", s.Seconds, tc)
 	}
 	if steadyLine(nil) != "" {
 		t.Fatal("a line without a window")

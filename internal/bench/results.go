@@ -390,8 +390,12 @@ func (r *serviceResult) evaluate() {
 		ceiling.Value, ceiling.NA = fmt.Sprintf("%.1f %%", 100*cl.ReachedOnCoresLeft), false
 		ceiling.Met = cl.ReachedOnCoresLeft >= targetCeiling
 		var on string
-		if steady {
+		switch s := r.Consumer.Steady; {
+		case steady:
 			ceiling.Why, on = "in the steady window", "in the steady window, "
+		case s != nil: // kept, too short to measure
+			ceiling.Why = fmt.Sprintf("on the whole run: the steady window lasted %.2f s, under %g s", s.Seconds, steadyMin.Seconds())
+			on = ceiling.Why + "; "
 		}
 		if !ceiling.Met {
 			ceiling.Why = fmt.Sprintf("%s%s of %s ev/s on %.2f cores; the machine was %.0f %% idle: waits, not cores, held the rate",
