@@ -98,6 +98,10 @@ func (h *harness) execAsync(q string, args ...any) {
 	}
 }
 
+// writerLike matches the writer's statement (writeSQL) in
+// pg_stat_activity.
+const writerLike = "WITH inserted AS (INSERT INTO%"
+
 // editMoments are the two moments a test edits a lead at (editLead):
 // before the writer's statement, or while it runs (held).
 var editMoments = []struct {
@@ -135,9 +139,7 @@ func (h *harness) editLead(held bool, edit func(*sql.Tx) error) {
 	go func() {
 		deadline := time.Now().Add(servicetest.Wait)
 		for {
-			var n int
-			err := h.DB.QueryRow(`SELECT count(*) FROM pg_stat_activity
-				WHERE datname = current_database() AND query LIKE 'WITH inserted AS (INSERT INTO%' AND $1 = ANY(pg_blocking_pids(pid))`, pid).Scan(&n)
+			n, err := consumertest.BlockedBy(context.Background(), h.DB, writerLike, pid)
 			if err == nil && n >= 1 {
 				h.edits <- tx.Commit()
 				return

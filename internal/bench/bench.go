@@ -642,11 +642,8 @@ func (b *benchmark) maxRun(ctx context.Context, p *devenv.Consumer, logPath stri
 	c.JoinSeconds = assigned.Sub(t0).Seconds()
 	c.AssignedEPS = float64(r.Events) / last.Sub(assigned).Seconds()
 	c.WallUsPer = 1e6 / c.AssignedEPS
-	c.CPU = cpuBetween(cpu0, cpu1, cpu1At.Sub(cpu0At).Seconds(), runtime.NumCPU())
-	c.CPU.Paused = pausedBetween(cpu0At, cpu1At)
+	c.CPU, c.CPUUsPer, c.PGUsPer = spanUse(cpu0, cpu1, cpu0At, cpu1At, float64(r.Events), runtime.NumCPU())
 	c.Steady = steadyBetween(steady[0], steady[1], runtime.NumCPU())
-	c.CPUUsPer = (cpu1.consumer - cpu0.consumer) / float64(r.Events) * 1e6
-	c.PGUsPer = (cpu1.postgres - cpu0.postgres) / float64(r.Events) * 1e6
 	if st, ok := procStatus(pid); ok {
 		c.RSSMiB = float64(st["VmHWM"]) / (1 << 20)
 		c.RSSAnonMiB, c.RSSFileMiB = float64(st["RssAnon"])/(1<<20), float64(st["RssFile"])/(1<<20)

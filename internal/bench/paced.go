@@ -55,10 +55,8 @@ func (b *benchmark) pacedRun(ctx context.Context, pid int, w *offsetWatcher, nex
 		}
 		if done {
 			cpu1, cpu1At := takeCPU(pid, b.postmaster), time.Now()
-			r.Paced.CPU = new(cpuBetween(cpu0, cpu1, cpu1At.Sub(cpu0At).Seconds(), runtime.NumCPU()))
-			r.Paced.CPU.Paused = pausedBetween(cpu0At, cpu1At)
-			r.Paced.ConsumerUsPer = (cpu1.consumer - cpu0.consumer) / float64(count) * 1e6
-			r.Paced.PGUsPer = (cpu1.postgres - cpu0.postgres) / float64(count) * 1e6
+			u, consumerUs, pgUs := spanUse(cpu0, cpu1, cpu0At, cpu1At, float64(count), runtime.NumCPU())
+			r.Paced.CPU, r.Paced.ConsumerUsPer, r.Paced.PGUsPer = &u, consumerUs, pgUs
 			break
 		}
 		if time.Now().After(deadline) {

@@ -221,6 +221,16 @@ func clockGap(wall, monotonic time.Duration) float64 {
 	return 0
 }
 
+// spanUse is what a span of a run cost, from the snapshot taken at aAt to
+// the one taken at zAt: the cores each party used (and any pause of the
+// machine), and the consumer's and PostgreSQL's CPU µs per event of the
+// span's events.
+func spanUse(a, z cpuSnapshot, aAt, zAt time.Time, events float64, cores int) (u cpuUse, consumerUs, pgUs float64) {
+	u = cpuBetween(a, z, zAt.Sub(aAt).Seconds(), cores)
+	u.Paused = pausedBetween(aAt, zAt)
+	return u, (z.consumer - a.consumer) / events * 1e6, (z.postgres - a.postgres) / events * 1e6
+}
+
 func cpuBetween(a, b cpuSnapshot, wall float64, cores int) cpuUse {
 	if wall <= 0 {
 		return cpuUse{}

@@ -214,10 +214,7 @@ func steadyBetween(a, z steadyPoint, cores int) *steadyRun {
 	}
 	s := &steadyRun{From: steadyFrom, To: steadyTo, Events: n, Seconds: d.Seconds()}
 	s.EPS = float64(n) / s.Seconds
-	s.CPU = cpuBetween(a.cpu, z.cpu, s.Seconds, cores)
-	s.CPU.Paused = pausedBetween(a.at, z.at)
-	s.CPUUsPer = (z.cpu.consumer - a.cpu.consumer) / float64(n) * 1e6
-	s.PGUsPer = (z.cpu.postgres - a.cpu.postgres) / float64(n) * 1e6
+	s.CPU, s.CPUUsPer, s.PGUsPer = spanUse(a.cpu, z.cpu, a.at, z.at, float64(n), cores)
 	return s
 }
 
