@@ -313,3 +313,50 @@ func TestReferralBondReplicasPrimaryKeyIsPkReferralBondReplicas(t *testing.T) {
 		t.Fatalf("primary key %q, want pk_referral_bond_replicas", name)
 	}
 }
+
+// The marks' key compares byte by byte (COLLATE "C", migration
+// 20261206214500): its primary key's searches are memcmp, not the
+// database's collation. ent has no collation for a primary key and the
+// diff does not compare collations, so this test keeps it; the marks'
+// policies, dropped and created again around the change, still bind
+// each role to its routes' prefixes.
+func TestMarksKeyCollatesAsC(t *testing.T) {
+	_, db, _ := pgtest.NewClient(t)
+	var coll string
+	if err := db.QueryRow(`SELECT coalesce(c.collname, '') FROM pg_attribute a LEFT JOIN pg_collation c ON c.oid = a.attcollation
+		WHERE a.attrelid = 'processed_messages'::regclass AND a.attname = 'idempotency_key'`).Scan(&coll); err != nil {
+		t.Fatal(err)
+	}
+	if coll != "C" {
+		t.Fatalf("processed_messages.idempotency_key collates as %q, want C", coll)
+	}
+	var idx string
+	if err := db.QueryRow(`SELECT pg_get_indexdef(conindid) FROM pg_constraint WHERE conrelid = 'processed_messages'::regclass AND contype = 'p'`).Scan(&idx); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(idx, "(idempotency_key)") {
+		t.Fatalf("the marks' primary key: %s", idx)
+	}
+	rows, err := db.Query(`SELECT policyname, qual, with_check FROM pg_policies WHERE tablename = 'processed_messages' ORDER BY policyname`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	want := map[string]string{"crm_own_marks": "crm:selection-shared:", "messenger_own_marks": "messenger-lead-participants:", "rewards_own_marks": "rewards:bond-closed:"}
+	for rows.Next() {
+		var name, qual, check string
+		if err := rows.Scan(&name, &qual, &check); err != nil {
+			t.Fatal(err)
+		}
+		if p, ok := want[name]; !ok || !strings.Contains(qual, p) || !strings.Contains(check, p) {
+			t.Errorf("policy %s: USING %s WITH CHECK %s, want both on the prefix %q", name, qual, check, p)
+		}
+		delete(want, name)
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if len(want) != 0 {
+		t.Fatalf("policies missing: %v", want)
+	}
+}

@@ -25,6 +25,9 @@ func (ProcessedMessage) Annotations() []schema.Annotation {
 
 func (ProcessedMessage) Fields() []ent.Field {
 	return []ent.Field{
+		// COLLATE "C" (byte order, for the searches of its primary key):
+		// set by migration 20261206214500, which ent cannot declare for a
+		// primary key (docs/schema.md, "A key rebuilt").
 		field.String("id").StorageKey("idempotency_key").SchemaType(text).NotEmpty().Immutable().
 			Comment("e.g. rewards:bond-created:{MessageId}"),
 		field.String("consumer_group").SchemaType(text).Immutable(),

@@ -51,7 +51,7 @@ type mark struct {
 const marksSQL = `
 INSERT INTO processed_messages (idempotency_key, consumer_group, topic, "partition", "offset", outcome)
 SELECT k, $2, $3, p, o, oc FROM unnest($1::text[], $4::bigint[], $5::bigint[], $6::text[]) AS u(k, p, o, oc)
-ORDER BY k`
+ORDER BY k COLLATE "C"`
 
 // marksArgs are marksSQL's arguments.
 func marksArgs(group, topic string, marks []mark) []any {
