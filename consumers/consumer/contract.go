@@ -38,12 +38,14 @@ type Batched[V any] struct {
 	// type is skipped (skipped-unknown-event-type).
 	Routes []Route[V]
 	// Write writes what the routes queued on the view, set-based, after
-	// the last route and the marks, before the commit: a lock taken only
-	// here is held the shortest (crm's leads). An error that
+	// the last route, before the commit: a lock taken only here is held
+	// the shortest (crm's leads). Its first statement inserts marks, when
+	// not nil, before any row it writes or locks (Marks.Item, Marks.Gate);
+	// a Write that writes nothing leaves them to the runtime. An error that
 	// names a message (FailMessage) is that message's failure; a lost race
 	// (a deadlock, a unique key taken since Read) runs the transaction
 	// again at once; any other splits it into smaller transactions.
-	Write func(ctx context.Context, tx *ent.Tx, v V) error
+	Write func(ctx context.Context, tx *ent.Tx, v V, marks *Marks) error
 }
 
 // Route binds an event type to its decision and its idempotency key
@@ -71,7 +73,7 @@ type RouteInfo struct {
 // then it is written.
 type opened interface {
 	decide(ctx context.Context, route int, m *Message) (Outcome, error)
-	write(ctx context.Context) error
+	write(ctx context.Context, marks *Marks) error
 }
 
 func (b Batched[V]) routes() []RouteInfo {
@@ -100,11 +102,11 @@ func (t *batchedTx[V]) decide(ctx context.Context, route int, m *Message) (Outco
 	return t.b.Routes[route].Decide(ctx, t.v, m)
 }
 
-func (t *batchedTx[V]) write(ctx context.Context) error {
+func (t *batchedTx[V]) write(ctx context.Context, marks *Marks) error {
 	if t.b.Write == nil {
 		return nil
 	}
-	return t.b.Write(ctx, t.tx, t.v)
+	return t.b.Write(ctx, t.tx, t.v, marks)
 }
 
 // check reports a contract the runtime cannot run.

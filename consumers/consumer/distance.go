@@ -7,8 +7,9 @@ import (
 )
 
 // How far PostgreSQL is decides two defaults (DESIGN.md, "Scheduling").
-// A transaction of messages is a chain of about six round trips (BEGIN,
-// Read, the marks, Write's statements, COMMIT), each waited for. On one
+// A transaction of messages is a chain of four or five round trips
+// (BEGIN, Read, Write's statements with the marks in the first, COMMIT),
+// each waited for; it was six when these figures were taken. On one
 // machine they cost little and two lanes keep the cores busy; a
 // millisecond away they are a fifth of a lane's time, and with two lanes
 // the machine idled a fifth of a backlog's run. Three lanes of up to 512

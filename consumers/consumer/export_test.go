@@ -9,3 +9,15 @@ func (r *Runtime) SharedWaiting() int {
 	defer r.sched.mu.Unlock()
 	return len(r.sched.pending)
 }
+
+// Keys are the idempotency keys of the marks, none for nil.
+func (m *Marks) Keys() []string {
+	if m == nil {
+		return nil
+	}
+	keys := make([]string, len(m.marks))
+	for i, mk := range m.marks {
+		keys[i] = mk.key
+	}
+	return keys
+}

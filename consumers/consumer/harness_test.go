@@ -16,6 +16,8 @@ import (
 	"testing"
 	"time"
 
+	"entgo.io/ent/dialect"
+	entsql "entgo.io/ent/dialect/sql"
 	"github.com/google/uuid"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
@@ -126,7 +128,18 @@ func probeRead(ctx context.Context, tx *ent.Tx, msgs []*consumer.Message) (*prob
 }
 
 // probeWrite appends the queued feed entries.
-func probeWrite(ctx context.Context, tx *ent.Tx, v *probeView) error {
+func probeWrite(ctx context.Context, tx *ent.Tx, v *probeView, marks *consumer.Marks) error {
+	if len(v.appends) > 0 { // the marks first, in a statement of their own here
+		b := entsql.Builder{}
+		b.SetDialect(dialect.Postgres)
+		b.WriteString("WITH ")
+		if marks.Item(&b) {
+			q, args := b.WriteString(" SELECT 1").Query()
+			if _, err := tx.ExecContext(ctx, q, args...); err != nil {
+				return err
+			}
+		}
+	}
 	for _, a := range v.appends {
 		at := a.at
 		if a.unstorable { // lib/pq writes the time in its offset, which timestamptz refuses (22009)

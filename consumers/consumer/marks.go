@@ -4,23 +4,27 @@ import (
 	"context"
 	"fmt"
 
+	"entgo.io/ent/dialect/sql"
+
 	"github.com/pin-platform/pin/ent"
 )
 
 // The idempotency mark and the message's effect share a transaction; the
 // mark's unique key is what makes a second processing of the same message
 // a no-op. Every transaction inserts its marks once its routes decided,
-// with their outcomes, in one statement, before Write (tx.go).
+// with their outcomes, in one statement, before Write takes a lock: in
+// Write's first statement (Marks), or on their own, before Write
+// (findMarks) or after a Write that wrote nothing (tx.go).
 //
-// Mostly none of them exists, and the statement is a plain INSERT
-// (insertMarks): PostgreSQL checks each key's uniqueness in the one
-// search of the index that inserts it. One that exists fails the
+// Mostly none of them exists, and the insert is a plain INSERT
+// (Marks.Item, insertMarks): PostgreSQL checks each key's uniqueness in
+// the one search of the index that inserts it. One that exists fails the
 // statement (unique violation); the transaction then rolls back and runs
 // again with findMarks, which leaves the existing marks out of its
 // RETURNING. Transactions likely to meet one (a partition's first
 // messages since its assignment, where redeliveries come, or since it
 // met one: worker.mayMeetMarks; a probe; a re-drive) use findMarks from
-// the start. Its ON CONFLICT costs a second search of the index per mark (the
+// the start, before Write. Its ON CONFLICT costs a second search of the index per mark (the
 // conflict check before the insert) and a WAL record more per row (the
 // speculative insert's confirmation): 1.5–2.5 µs of PostgreSQL's CPU per
 // rewards event, 2.5 per crm event (bench/README.md, session 14).
@@ -63,6 +67,58 @@ func marksArgs(group, topic string, marks []mark) []any {
 		outs.Text(string(m.outcome))
 	}
 	return []any{&keys, group, topic, &parts, &offs, &outs}
+}
+
+// Marks are the idempotency marks of a transaction's messages, for its
+// Write to insert in its first statement: one round trip fewer than a
+// statement of their own (bench/README.md, session 23). Item writes their
+// insert as a WITH item, and Gate the condition that the statement's
+// first item that writes or locks a row puts in its WHERE: a one-time
+// filter (an InitPlan) that runs the insert whole before that item's
+// first row, so the marks are in before any lock Write takes (in key
+// order, as on their own). A Write that writes nothing leaves them: the
+// runtime inserts them after it. Nil when the runtime inserted them
+// before Write (findMarks).
+type Marks struct {
+	group, topic string
+	marks        []mark
+	inserted     bool // Item was written
+}
+
+// NewMarks are marks of the group's messages of topic, none yet: the
+// runtime's, or a service test's for its Write.
+func NewMarks(group, topic string) *Marks { return &Marks{group: group, topic: topic} }
+
+// Add adds the mark of a message: its idempotency key, where it was read and
+// its outcome.
+func (m *Marks) Add(key string, partition int32, offset int64, outcome Outcome) {
+	m.marks = append(m.marks, mark{key, partition, offset, outcome})
+}
+
+// Item writes the marks' insert into b as the WITH item pin_marks (without
+// WITH or a comma), its arguments as b's next placeholders. It writes
+// nothing and reports false on nil Marks.
+func (m *Marks) Item(b *sql.Builder) bool {
+	if m == nil || len(m.marks) == 0 {
+		return false
+	}
+	m.inserted = true
+	args := marksArgs(m.group, m.topic, m.marks)
+	b.WriteString(`pin_marks AS (INSERT INTO processed_messages (idempotency_key, consumer_group, topic, "partition", "offset", outcome) SELECT k, `).
+		Arg(args[1]).Comma().Arg(args[2]).WriteString(", p, o, oc FROM unnest(").
+		Arg(args[0]).WriteString("::text[], ").Arg(args[3]).WriteString("::bigint[], ").
+		Arg(args[4]).WriteString("::bigint[], ").Arg(args[5]).WriteString(`::text[]) AS u(k, p, o, oc) ORDER BY k COLLATE "C" RETURNING 1)`)
+	return true
+}
+
+// Gate is the condition that holds once Item's insert ran whole, for the
+// WHERE of the statement's first item that writes or locks; "" when Item
+// wrote nothing.
+func (m *Marks) Gate() string {
+	if m == nil || !m.inserted {
+		return ""
+	}
+	return "(SELECT count(*) FROM pin_marks) >= 0"
 }
 
 // insertMarks inserts the marks. A mark that exists fails it with a

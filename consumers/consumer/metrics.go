@@ -121,7 +121,7 @@ func newMetrics(reg prometheus.Registerer, svc Service, lagSource func(context.C
 	}, []string{"stage"})
 	txStages := prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name:    "pin_consumer_transaction_stage_seconds",
-		Help:    "The stages of a transaction of messages, each observed when it ends: begin, read (the service's Read), decide (the handlers), marks, write (the service's Write), commit. A probe's are not counted.",
+		Help:    "The stages of a transaction of messages, each observed when it ends: begin, read (the service's Read), decide (the handlers), marks (in a statement of their own), write (the service's Write, mostly with the marks), commit. A probe's are not counted.",
 		Buckets: stageBuckets,
 	}, []string{"stage"})
 	for i, s := range waitNames {

@@ -16,8 +16,8 @@ import (
 // One transaction of messages (DESIGN.md, "One transaction path"): the
 // only way the runtime applies a message's effects and writes its mark —
 // Read, each route's Decide, the marks (one that is there already is a
-// redelivery's: found, taken out, the rest runs again; marks.go), Write,
-// the commit.
+// redelivery's: found, taken out, the rest runs again; marks.go) in
+// Write's first statement or on their own before it, Write, the commit.
 
 // txResult is how a transaction of messages ended.
 type txResult struct {
@@ -189,41 +189,43 @@ func (r *Runtime) txOnce(ctx context.Context, items []*item, mode txMode, shared
 	}
 	clock.done(stageDecide)
 	find := mode.findMarks || mode.dryRun || mode.outer != nil // a probe or a re-drive: rare, and likely to meet one
-	var inserted map[string]bool
+	// The marks, for Write's first statement (marks.go); nil: inserted.
+	var toWrite *Marks
 	if find {
-		inserted, err = findMarks(ctx, tx, r.svc.Group, r.svc.Topic, marks)
-	} else {
-		err = insertMarks(ctx, tx, r.svc.Group, r.svc.Topic, marks)
-	}
-	if err != nil {
-		r.rollbackTx(ctx, tx, mode)
-		if !find && markTaken(err) { // a mark exists: which, findMarks says
-			r.m.batchReruns.WithLabelValues("mark-exists").Inc()
-			return txResult{}, rerunFindingMarks
+		inserted, err := findMarks(ctx, tx, r.svc.Group, r.svc.Topic, marks)
+		if err != nil {
+			return r.marksFailed(ctx, tx, mode, err, false, rerace, len(items))
 		}
-		if c := lostRace(err); c != "" && rerace {
-			return r.lostTheRace(c, err, len(items))
-		}
-		return txResult{err: err}, noRerun
-	}
-	if find && len(inserted) < len(marks) {
-		r.rollbackTx(ctx, tx, mode)
-		for i, it := range items {
-			if run[i] && !inserted[it.key] {
-				it.marked = true
+		if len(inserted) < len(marks) {
+			r.rollbackTx(ctx, tx, mode)
+			for i, it := range items {
+				if run[i] && !inserted[it.key] {
+					it.marked = true
+				}
 			}
+			r.m.batchReruns.WithLabelValues("processed-already").Inc()
+			return txResult{}, rerunWithoutProcessed
 		}
-		r.m.batchReruns.WithLabelValues("processed-already").Inc()
-		return txResult{}, rerunWithoutProcessed
+		clock.done(stageMarks)
+	} else {
+		toWrite = &Marks{group: r.svc.Group, topic: r.svc.Topic, marks: marks}
 	}
-	clock.done(stageMarks)
 	// Write last: the locks a service takes only there (crm's leads) are
 	// held for its statements and the commit alone.
-	if err := r.guarded("write", func() error { return op.write(ctx) }); err != nil {
+	if err := r.guarded("write", func() error { return op.write(ctx, toWrite) }); err != nil {
+		if toWrite != nil && toWrite.inserted && markTaken(err) {
+			return r.marksFailed(ctx, tx, mode, err, true, rerace, len(items))
+		}
 		// a lost race: a deadlock, or another processor's row written since Read
 		return hookFailed(err, raceCode(err), &writeError{err})
 	}
 	clock.done(stageWrite)
+	if toWrite != nil && !toWrite.inserted { // Write wrote nothing
+		if err := insertMarks(ctx, tx, r.svc.Group, r.svc.Topic, marks); err != nil {
+			return r.marksFailed(ctx, tx, mode, err, true, rerace, len(items))
+		}
+		clock.done(stageMarks)
+	}
 	if mode.dryRun {
 		r.rollbackTx(ctx, tx, mode)
 		return txResult{committed: true}, noRerun // would have: the probe's answer
@@ -234,6 +236,21 @@ func (r *Runtime) txOnce(ctx context.Context, items []*item, mode txMode, shared
 	clock.done(stageCommit)
 	r.m.batchSize.Observe(float64(len(items)))
 	return txResult{committed: true}, noRerun
+}
+
+// marksFailed ends a transaction whose marks' insert failed (plain: not
+// findMarks): a mark that exists runs it again with findMarks, which finds
+// which; a lost race runs it again as it is.
+func (r *Runtime) marksFailed(ctx context.Context, tx *ent.Tx, mode txMode, err error, plain, rerace bool, n int) (txResult, rerun) {
+	r.rollbackTx(ctx, tx, mode)
+	if plain && markTaken(err) {
+		r.m.batchReruns.WithLabelValues("mark-exists").Inc()
+		return txResult{}, rerunFindingMarks
+	}
+	if c := lostRace(err); c != "" && rerace {
+		return r.lostTheRace(c, err, n)
+	}
+	return txResult{err: err}, noRerun
 }
 
 // blamed is the message of the transaction that a Read's or Write's

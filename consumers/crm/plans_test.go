@@ -54,7 +54,7 @@ func TestTheLeadsUpdateReadsOnlyItsLeads(t *testing.T) {
 	if err := rows.Err(); err != nil {
 		t.Fatal(err)
 	}
-	q, _ := w.writeSQL(consumer.SortedIDs(w.bumps))
+	q, _ := w.writeSQL(consumer.SortedIDs(w.bumps), nil)
 	array := func(s []string) string { return "'{" + strings.Join(s, ",") + "}'" }
 	read, plan := consumertest.RowsRead(t, h.DB, "leads", "write_plan",
 		"uuid[], timestamptz, bigint[], timestamptz[], uuid[], uuid[], uuid[], text, "+ // the claim's

@@ -1,13 +1,11 @@
 package crm
 
 import (
-	"context"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/pin-platform/pin/consumers/consumer"
-	"github.com/pin-platform/pin/ent"
 )
 
 // Topic, group, DLQ and event type of the consumer (docs/contract.md §3).
@@ -108,9 +106,7 @@ func (o Options) New(reg prometheus.Registerer) consumer.Service {
 		Handlers: consumer.Batched[*view]{
 			Read:   read,
 			Routes: []consumer.Route[*view]{{EventType: EventType, KeyPrefix: KeyPrefix, Decide: h.handle}},
-			Write: func(ctx context.Context, tx *ent.Tx, v *view) error {
-				return write(ctx, tx, v)
-			},
+			Write:  write,
 		},
 		RetryNow: 3,
 		Describe: describe,

@@ -91,7 +91,8 @@ type queuedEntry struct {
 }
 
 // write is the service's Write (spec step 5): one statement, writeSQL,
-// appends the transaction's feed rows, an entry's tenant its lead's
+// inserts the marks it is given (consumer.Marks), appends the
+// transaction's feed rows, an entry's tenant its lead's
 // (CRM-4), then locks and updates their leads. The feed goes first, so
 // that its waits (a second processor's entry in the unique index of
 // source messages) come before any lead's lock, which the other lane's
@@ -105,14 +106,14 @@ type queuedEntry struct {
 //
 // The INSERT has no ON CONFLICT: an entry of the same message written
 // since Read looked, past its mark (a second processor of the message
-// waits at the mark, inserted before Write), is a unique violation, a
+// waits at the mark, inserted first), is a unique violation, a
 // lost race, and the runtime runs the transaction again, where Read finds
 // the entry and the message is skipped as a duplicate. A lead deleted since
 // Read (only one without entries can be) fails the insert's foreign key,
 // checked at the statement's end, which names no message: the messages
 // run again alone, where Read no longer finds it
 // (CRM_SELECTION_LEAD_NOT_FOUND).
-func write(ctx context.Context, tx *ent.Tx, v *view) error {
+func write(ctx context.Context, tx *ent.Tx, v *view, marks *consumer.Marks) error {
 	w := &v.writes
 	if len(w.rows) == 0 {
 		return nil
@@ -123,7 +124,7 @@ func write(ctx context.Context, tx *ent.Tx, v *view) error {
 			testHookBeforeWriting(ctx, id)
 		}
 	}
-	q, args := w.writeSQL(ids)
+	q, args := w.writeSQL(ids, marks)
 	rows, err := tx.QueryContext(ctx, q, args...)
 	if err != nil {
 		return fmt.Errorf("append the transaction's %d feed entries to its %d leads: %w", len(w.rows), len(ids), err)
@@ -155,10 +156,10 @@ func write(ctx context.Context, tx *ent.Tx, v *view) error {
 	return nil
 }
 
-// writeSQL is write's statement: the feed rows' INSERT (consumer.InsertRows'
-// text, one whatever the number of rows), then claimSQL on the leads, ids
-// in id order, gated on the insert: the lock's scan starts once every row
-// is in.
+// writeSQL is write's statement: the marks (pin_marks, when given), the
+// feed rows' INSERT (consumer.InsertRows' text, one whatever the number of
+// rows) gated on them, then claimSQL on the leads, ids in id order, gated
+// on the insert: the lock's scan starts once every row is in.
 //
 //   - inserted appends the rows.
 //   - locked reads the leads FOR NO KEY UPDATE in id order, which waits
@@ -187,7 +188,7 @@ func write(ctx context.Context, tx *ent.Tx, v *view) error {
 // pairs and hashed them against the ids (1,000 leads for 2 ids: 0.48 ms a
 // call); with the argument the planner cannot take that index, and looks
 // each id up by the primary key (0.06 ms).
-func (w *writes) writeSQL(ids []uuid.UUID) (string, []any) {
+func (w *writes) writeSQL(ids []uuid.UUID, marks *consumer.Marks) (string, []any) {
 	var eids, leads, tenants, types, occurred, sources, payloads, created consumer.Array
 	for _, r := range w.rows {
 		eids.UUID(r.id)
@@ -212,7 +213,13 @@ func (w *writes) writeSQL(ids []uuid.UUID) (string, []any) {
 	var b sql.Builder
 	b.SetDialect(dialect.Postgres)
 	b.SetTotal(len(claimArgs)) // the insert's arguments follow the claim's
-	b.WriteString("WITH inserted AS (")
+	b.WriteString("WITH ")
+	tail := "RETURNING 1"
+	if marks.Item(&b) { // the marks first, whole
+		b.WriteString(", ")
+		tail = "WHERE " + marks.Gate() + " RETURNING 1"
+	}
+	b.WriteString("inserted AS (")
 	consumer.WriteInsertRows(&b, leadevent.Table, []consumer.Column{
 		{Name: leadevent.FieldID, Type: "uuid", Values: &eids},
 		{Name: leadevent.FieldLeadID, Type: "uuid", Values: &leads},
@@ -222,7 +229,7 @@ func (w *writes) writeSQL(ids []uuid.UUID) (string, []any) {
 		{Name: leadevent.FieldSourceMessageID, Type: "uuid", Values: &sources},
 		{Name: leadevent.FieldPayload, Type: "jsonb", Values: &payloads},
 		{Name: leadevent.FieldCreatedAt, Type: "timestamptz", Values: &created},
-	}, "RETURNING 1")
+	}, tail)
 	b.WriteString("),\n" + claimSQL)
 	q, insertArgs := b.Query()
 	return q, append(claimArgs, insertArgs...)

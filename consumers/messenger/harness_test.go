@@ -346,7 +346,7 @@ func handleInTx(ctx context.Context, tx *ent.Tx, h *handler, m *consumer.Message
 	if err != nil {
 		return "", err
 	}
-	return out, write(ctx, tx, v)
+	return out, write(ctx, tx, v, nil)
 }
 
 // tenant is the TenantId of every test event (the consumer ignores it).

@@ -143,15 +143,15 @@ type queuedFact struct {
 // write is the service's Write: it writes what the transaction queued, in
 // two round trips whatever the number of rows (each part of one text,
 // consumer.InsertRows): it claims the chats (claimChats, one conditional
-// UPDATE), then, in one statement (rowsSQL), upserts the new and changed
+// UPDATE, after the marks it is given: consumer.Marks), then, in one statement (rowsSQL), upserts the new and changed
 // member rows, inserts the feed facts and the chat_updates rows, and
 // queues one pg_notify per chat_updates row. With the chats claimed
 // nobody else writes their members meanwhile; any other surprise fails
 // the transaction, whose messages the runtime then runs again in smaller
 // transactions.
-func write(ctx context.Context, tx *ent.Tx, v *view) error {
+func write(ctx context.Context, tx *ent.Tx, v *view, marks *consumer.Marks) error {
 	w := &v.writes
-	if err := w.claimChats(ctx, tx); err != nil {
+	if err := w.claimChats(ctx, tx, marks); err != nil {
 		return err
 	}
 	q, args := w.rowsSQL()
@@ -320,11 +320,30 @@ func (w *writes) rowsSQL() (string, []any) {
 // UPDATE's scan (as a semi-join's inner side it ran again, locking anew,
 // for every chat: quadratic in the transaction's chats, 13-34 ms for 227
 // of them where this takes 4-7).
-const claimSQL = `WITH locked AS (SELECT id FROM chats WHERE id = ANY($1::uuid[]) ORDER BY id FOR NO KEY UPDATE)
+//
+// With the marks (claimWithMarks), their insert is a WITH item before
+// locked, which waits for it: the marks are in before the first lock.
+var claimSQL = fmt.Sprintf(claimSQLf, "", "")
+
+// claimSQLf is claimSQL with room for the marks' WITH item and its gate.
+const claimSQLf = `WITH %slocked AS (SELECT id FROM chats WHERE id = ANY($1::uuid[])%s ORDER BY id FOR NO KEY UPDATE)
 UPDATE chats AS c SET lead_member_version = u.version, row_version = c.row_version + u.n
 FROM unnest($1::uuid[], $2::bigint[], $3::bigint[], $4::bigint[]) AS u(id, version, n, read)
 WHERE c.id = u.id AND c.row_version = u.read AND (SELECT count(*) FROM locked) >= 0
 RETURNING c.id`
+
+// claimWithMarks is claimSQL inserting marks first, with their arguments
+// (after claimSQL's four); claimSQL and none without marks.
+func claimWithMarks(marks *consumer.Marks) (string, []any) {
+	var b sql.Builder
+	b.SetDialect(dialect.Postgres)
+	b.SetTotal(4)
+	if !marks.Item(&b) {
+		return claimSQL, nil
+	}
+	item, args := b.Query()
+	return fmt.Sprintf(claimSQLf, item+", ", " AND "+marks.Gate()), args
+}
 
 // claimChats writes every chat of the transaction with one conditional
 // UPDATE (claimSQL): row_version moves by the chat's events and
@@ -339,7 +358,7 @@ RETURNING c.id`
 // would lock them in whatever order its plan reads them. A chat's events
 // share a partition (the key is the LeadId), but an old owner still
 // draining and the new one may overlap.
-func (w *writes) claimChats(ctx context.Context, tx *ent.Tx) error {
+func (w *writes) claimChats(ctx context.Context, tx *ent.Tx, marks *consumer.Marks) error {
 	if len(w.claims) == 0 {
 		return nil
 	}
@@ -351,7 +370,8 @@ func (w *writes) claimChats(ctx context.Context, tx *ent.Tx) error {
 		ns.Int(cl.n)
 		reads.Int(cl.read)
 	}
-	rows, err := tx.QueryContext(ctx, claimSQL, consumer.UUIDArray(ids), &versions, &ns, &reads)
+	q, marksArgs := claimWithMarks(marks)
+	rows, err := tx.QueryContext(ctx, q, append([]any{consumer.UUIDArray(ids), &versions, &ns, &reads}, marksArgs...)...)
 	if err != nil {
 		return fmt.Errorf("update the transaction's %d chats: %w", len(ids), err)
 	}

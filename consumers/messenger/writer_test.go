@@ -12,11 +12,11 @@ import (
 )
 
 // A transaction's writes take two round trips whatever they hold: the
-// chats' claim, then one statement for the member rows, the feed facts,
-// the chat_updates rows and their notifications (rowsSQL). Far from its
-// database a transaction waits for each statement; with one per kind
-// messenger's writes took five. The rows of two chats, each with a new
-// member, all land.
+// marks and the chats' claim, then one statement for the member rows, the
+// feed facts, the chat_updates rows and their notifications (rowsSQL).
+// Far from its database a transaction waits for each statement; with one
+// per kind messenger's writes took five. The rows of two chats, each with
+// a new member, and the marks all land.
 func TestATransactionsWritesTakeTwoStatements(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, consumertest.Options{})
@@ -48,13 +48,17 @@ func TestATransactionsWritesTakeTwoStatements(t *testing.T) {
 			t.Fatalf("handle: %v, %v", out, err)
 		}
 	}
+	marks := consumer.NewMarks(Group, Topic)
+	for i, m := range msgs {
+		marks.Add(KeyPrefix+m.MessageID.String(), 0, int64(i), Synced)
+	}
 	sent.Start()
-	if err := write(ctx, tx, v); err != nil {
+	if err := write(ctx, tx, v, marks); err != nil {
 		t.Fatal(err)
 	}
 	got := sent.Stop()
-	if len(got) != 2 {
-		t.Fatalf("the writes took %d statements, want 2 (the claim, the rows):\n%s", len(got), strings.Join(got, "\n"))
+	if len(got) != 2 || !strings.Contains(got[0], "pin_marks") {
+		t.Fatalf("the writes took %d statements, want 2 (the marks and the claim, the rows):\n%s", len(got), strings.Join(got, "\n"))
 	}
 	if err := tx.Commit(); err != nil {
 		t.Fatal(err)
@@ -69,6 +73,9 @@ func TestATransactionsWritesTakeTwoStatements(t *testing.T) {
 		}
 		if c := e.chat(chat); c.RowVersion != 1 || c.LeadMemberVersion.Int64 != 1 {
 			t.Fatalf("chat %d after the claim: %+v, want row_version 1, lead_member_version 1", i, c)
+		}
+		if got := e.outcome(msgs[i].MessageID); got != string(Synced) {
+			t.Fatalf("message %d: mark %q, want %q", i, got, Synced)
 		}
 	}
 }

@@ -3,6 +3,7 @@ package rewards
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -158,7 +159,7 @@ func TestActiveConflictLeavesTransactionUsable(t *testing.T) {
 	if out, err := h.bondCreated(ctx, v, msgs[3]); err != nil || out != OutcomeCreated {
 		t.Fatalf("created after the close: %q, %v", out, err)
 	}
-	if err := write(ctx, tx, v); err != nil {
+	if err := write(ctx, tx, v, nil); err != nil {
 		t.Fatalf("the writer: %v", err)
 	}
 	if err := tx.Commit(); err != nil {
@@ -327,12 +328,16 @@ func TestARebindIsWrittenInOneStatementCloseFirst(t *testing.T) {
 	if out, err := h.bondCreated(ctx, v, msgs[1]); err != nil || out != OutcomeCreated {
 		t.Fatalf("created: %q, %v", out, err)
 	}
+	// With the transaction's marks, inserted first in the same statement.
+	marks := consumer.NewMarks(Group, Topic)
+	marks.Add(KeyPrefixBondClosed+msgs[0].MessageID.String(), 0, 1, OutcomeClosed)
+	marks.Add(KeyPrefixBondCreated+msgs[1].MessageID.String(), 0, 2, OutcomeCreated)
 	sent.Start()
-	if err := write(ctx, tx, v); err != nil {
+	if err := write(ctx, tx, v, marks); err != nil {
 		t.Fatalf("the writer: %v", err)
 	}
-	if writes := sent.Stop(); len(writes) != 1 {
-		t.Fatalf("the writer sent %d statements, want 1: %q", len(writes), writes)
+	if writes := sent.Stop(); len(writes) != 1 || !strings.Contains(writes[0], "pin_marks") {
+		t.Fatalf("the writer sent %d statements, want 1 with the marks: %q", len(writes), writes)
 	}
 	if err := tx.Commit(); err != nil {
 		t.Fatalf("commit: %v", err)
@@ -346,6 +351,11 @@ func TestARebindIsWrittenInOneStatementCloseFirst(t *testing.T) {
 	if err := db.QueryRow(`SELECT status, replica_version FROM referral_bond_replicas WHERE bond_id = $1`, old.ID).Scan(&status, &version); err != nil ||
 		status != "Replaced" || version != 2 {
 		t.Fatalf("the old bond: %s v%d (%v), want Replaced v2", status, version, err)
+	}
+	var marked int
+	if err := db.QueryRow(`SELECT count(*) FROM processed_messages WHERE idempotency_key IN ($1, $2) AND outcome IN ('closed', 'created')`,
+		KeyPrefixBondClosed+msgs[0].MessageID.String(), KeyPrefixBondCreated+msgs[1].MessageID.String()).Scan(&marked); err != nil || marked != 2 {
+		t.Fatalf("%d marks (%v), want 2", marked, err)
 	}
 }
 

@@ -25,7 +25,7 @@ func handleInTx(ctx context.Context, tx *ent.Tx, decide decision, m *consumer.Me
 	if err != nil {
 		return "", err
 	}
-	return out, write(ctx, tx, v)
+	return out, write(ctx, tx, v, nil)
 }
 
 // read always returns a view, an empty one when no message decodes. A

@@ -42,7 +42,9 @@ func (v *view) queueUpdate(r *ent.ReferralBondReplica) {
 
 // write is the service's Write: it writes the transaction's rows with one
 // statement of one text whatever their number (a column's values an
-// array, consumer.Unnest). The updates go first: they close bonds or move
+// array, consumer.Unnest), the marks first when it is given them
+// (consumer.Marks: their insert a WITH item that the first item waits
+// for). The updates go first: they close bonds or move
 // the version of Active ones, so they can only make room under the
 // single-active index, which the inserts then take. With both, the
 // updates are a WITH item that the insert counts in a one-time filter (an
@@ -54,8 +56,8 @@ func (v *view) queueUpdate(r *ent.ReferralBondReplica) {
 // since its Read is a unique violation, a lost race, and the runtime runs
 // the transaction again: Read then reads that row, and the handler decides
 // on it (skipped-stale, REWARDS_BOND_REPLICA_ACTIVE_CONFLICT).
-func write(ctx context.Context, tx *ent.Tx, v *view) error {
-	q, args := writeSQL(v)
+func write(ctx context.Context, tx *ent.Tx, v *view, marks *consumer.Marks) error {
+	q, args := writeSQL(v, marks)
 	if q == "" {
 		return nil
 	}
@@ -71,18 +73,25 @@ func write(ctx context.Context, tx *ent.Tx, v *view) error {
 
 // writeSQL is write's statement, "" with nothing to write:
 //
-//	WITH updated AS (UPDATE referral_bond_replicas … FROM unnest(…) RETURNING 1),
+//	WITH pin_marks AS (INSERT INTO processed_messages … RETURNING 1),
+//	     updated AS (UPDATE referral_bond_replicas … FROM unnest(…)
+//	                 WHERE … AND (SELECT count(*) FROM pin_marks) >= 0 RETURNING 1),
 //	     inserted AS (INSERT INTO referral_bond_replicas … SELECT … FROM unnest(…)
 //	                  WHERE (SELECT count(*) FROM updated) >= 0 RETURNING 1)
 //	SELECT (SELECT count(*) FROM inserted), (SELECT count(*) FROM updated)
 //
-// either item left out when it has no rows (its count then 0).
-func writeSQL(v *view) (string, []any) {
+// either item left out when it has no rows (its count then 0), the marks
+// when marks is nil; the first item there is waits for the one before.
+func writeSQL(v *view, marks *consumer.Marks) (string, []any) {
 	if len(v.updates)+len(v.inserts) == 0 {
 		return "", nil
 	}
 	var b sql.Builder
 	b.SetDialect(dialect.Postgres)
+	b.WriteString("WITH ")
+	if marks.Item(&b) {
+		b.WriteString(", ")
+	}
 	counts := []string{"0", "0"}
 	if len(v.updates) > 0 {
 		var ids, status, versions, synced consumer.Array
@@ -93,7 +102,7 @@ func writeSQL(v *view) (string, []any) {
 			versions.Int(r.ReplicaVersion)
 			synced.Time(r.SyncedAt)
 		}
-		b.WriteString(`WITH updated AS (UPDATE referral_bond_replicas AS r
+		b.WriteString(`updated AS (UPDATE referral_bond_replicas AS r
 SET status = u.status, replica_version = u.replica_version, synced_at = u.synced_at
 FROM `)
 		consumer.Unnest(&b, []consumer.Column{
@@ -102,7 +111,11 @@ FROM `)
 			{Name: referralbondreplica.FieldReplicaVersion, Type: "bigint", Values: &versions},
 			{Name: referralbondreplica.FieldSyncedAt, Type: "timestamptz", Values: &synced},
 		})
-		b.WriteString(" WHERE r.bond_id = u.bond_id RETURNING 1)")
+		b.WriteString(" WHERE r.bond_id = u.bond_id")
+		if g := marks.Gate(); g != "" {
+			b.WriteString(" AND " + g)
+		}
+		b.WriteString(" RETURNING 1)")
 		counts[0] = "(SELECT count(*) FROM updated)"
 	}
 	if len(v.inserts) > 0 {
@@ -123,11 +136,15 @@ FROM `)
 			synced.Time(r.SyncedAt)
 		}
 		tail := "RETURNING 1"
-		if len(v.updates) > 0 {
+		switch {
+		case len(v.updates) > 0:
 			b.WriteString(", inserted AS (")
 			tail = "WHERE (SELECT count(*) FROM updated) >= 0 RETURNING 1" // the UPDATE first, whole
-		} else {
-			b.WriteString("WITH inserted AS (")
+		default:
+			b.WriteString("inserted AS (")
+			if g := marks.Gate(); g != "" {
+				tail = "WHERE " + g + " RETURNING 1" // the marks first, whole
+			}
 		}
 		consumer.WriteInsertRows(&b, referralbondreplica.Table, []consumer.Column{
 			{Name: referralbondreplica.FieldID, Type: "uuid", Values: &ids},
