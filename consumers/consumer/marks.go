@@ -76,9 +76,12 @@ func marksArgs(group, topic string, marks []mark) []any {
 // first item that writes or locks a row puts in its WHERE: a one-time
 // filter (an InitPlan) that runs the insert whole before that item's
 // first row, so the marks are in before any lock Write takes (in key
-// order, as on their own). A Write that writes nothing leaves them: the
-// runtime inserts them after it. Nil when the runtime inserted them
-// before Write (findMarks).
+// order, as on their own). The statement Item went into must be sent,
+// first: Item reports them inserted, and a Write that built it and sent
+// something else would commit effects without their marks (each
+// service's tests check that its Write's first statement carries them).
+// A Write that writes nothing leaves them: the runtime inserts them after
+// it. Nil when the runtime inserted them before Write (findMarks).
 type Marks struct {
 	group, topic string
 	marks        []mark
@@ -122,7 +125,7 @@ func (m *Marks) Gate() string {
 }
 
 // insertMarks inserts the marks. A mark that exists fails it with a
-// unique violation (uniqueTaken), and its transaction with it.
+// unique violation (markTaken), and its transaction with it.
 func insertMarks(ctx context.Context, tx *ent.Tx, group, topic string, marks []mark) error {
 	if _, err := tx.ExecContext(ctx, marksSQL, marksArgs(group, topic, marks)...); err != nil {
 		return fmt.Errorf("insert idempotency marks: %w", err)

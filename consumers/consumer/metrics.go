@@ -91,7 +91,7 @@ func newMetrics(reg prometheus.Registerer, svc Service, lagSource func(context.C
 		}),
 		batchReruns: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "pin_consumer_batch_reruns_total",
-			Help: "Batches rolled back and run again at once: processed-already (redelivered messages taken out, as after a rebalance or a restart), mark-exists (a partition's plain insert of its marks met one that exists: run again to find which), lost-race (the marks' insert was a deadlock's victim), shared-failed (a transaction shared by several partitions' runs did not commit: each runs again on its own).",
+			Help: "Batches rolled back and run again at once: processed-already (redelivered messages taken out, as after a rebalance or a restart), mark-exists (a partition's plain insert of its marks met one that exists: run again to find which), lost-race (a deadlock's or serialization failure's victim, or a unique key another processor took since Read), shared-failed (a transaction shared by several partitions' runs did not commit: each runs again on its own).",
 		}, []string{"reason"}),
 		sharedRuns: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name: "pin_consumer_shared_transaction_runs", Help: "Partitions' runs per transaction (CONSUMER_TRANSACTIONS lanes).",

@@ -213,8 +213,8 @@ func (r *Runtime) txOnce(ctx context.Context, items []*item, mode txMode, shared
 	// Write last: the locks a service takes only there (crm's leads) are
 	// held for its statements and the commit alone.
 	if err := r.guarded("write", func() error { return op.write(ctx, toWrite) }); err != nil {
-		if toWrite != nil && toWrite.inserted && markTaken(err) {
-			return r.marksFailed(ctx, tx, mode, err, true, rerace, len(items))
+		if toWrite != nil && toWrite.inserted && onMarks(err) { // the marks' insert failed, not Write's own
+			return r.marksFailed(ctx, tx, mode, fmt.Errorf("insert idempotency marks (in Write's first statement): %w", err), true, rerace, len(items))
 		}
 		// a lost race: a deadlock, or another processor's row written since Read
 		return hookFailed(err, raceCode(err), &writeError{err})
@@ -324,7 +324,13 @@ func (r *Runtime) lostTheRace(code string, err error, n int) (txResult, rerun) {
 // processed_messages, whose only unique key is its primary key.
 func markTaken(err error) bool {
 	var pqErr *pq.Error
-	return errors.As(err, &pqErr) && pqErr.Code == "23505" && pqErr.Table == "processed_messages"
+	return onMarks(err) && errors.As(err, &pqErr) && pqErr.Code == "23505"
+}
+
+// onMarks reports an error PostgreSQL raised on processed_messages.
+func onMarks(err error) bool {
+	var pqErr *pq.Error
+	return errors.As(err, &pqErr) && pqErr.Table == "processed_messages"
 }
 
 // uniqueTaken reports a unique or exclusion constraint violated (23505,
