@@ -2,8 +2,8 @@
 -- an insert into this primary key, a search of it by a key that is a
 -- route's prefix and a random MessageId; under the database's collation
 -- each of the search's comparisons is a strcoll (libc) or an ICU call,
--- several times a memcmp: the marks' insert cost PostgreSQL 10–15 % more
--- under C.UTF-8, 30–40 % more under ICU's en (bench/README.md, session 23).
+-- several times a memcmp: the marks' insert cost PostgreSQL 9–19 % more
+-- under C.UTF-8, 37 % more under ICU's en (bench/README.md, session 23).
 -- The key is an opaque ASCII string that no reader sorts for people;
 -- equality, which is all the consumers and the policies ask of it, is the
 -- same under every deterministic collation.
