@@ -177,6 +177,7 @@ type pqConn interface {
 func (c *textJSONConn) CheckNamedValue(nv *driver.NamedValue) error {
 	switch v := nv.Value.(type) {
 	case *Array:
+		v.sent = true
 		if c.binary {
 			if b, ok := v.binary(); ok {
 				nv.Value = b

@@ -2,6 +2,7 @@ package consumer
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"entgo.io/ent/dialect/sql"
@@ -77,15 +78,16 @@ func marksArgs(group, topic string, marks []mark) []any {
 // filter (an InitPlan) that runs the insert whole before that item's
 // first row, so the marks are in before any lock Write takes (in key
 // order, as on their own). The statement Item went into must be sent,
-// first: Item reports them inserted, and a Write that built it and sent
-// something else would commit effects without their marks (each
-// service's tests check that its Write's first statement carries them).
+// first (each service's tests check that its Write's first statement
+// carries them); a Write that built it and never sent it fails its
+// transaction (errMarksUnsent) rather than commit rows without marks.
 // A Write that writes nothing leaves them: the runtime inserts them after
 // it. Nil when the runtime inserted them before Write (findMarks).
 type Marks struct {
 	group, topic string
 	marks        []mark
-	inserted     bool // Item was written
+	inserted     bool   // Item was written
+	keys         *Array // its keys' argument: sent, once the driver had it (unsent)
 }
 
 // NewMarks are marks of the group's messages of topic, none yet: the
@@ -107,12 +109,21 @@ func (m *Marks) Item(b *sql.Builder) bool {
 	}
 	m.inserted = true
 	args := marksArgs(m.group, m.topic, m.marks)
+	m.keys = args[0].(*Array)
 	b.WriteString(`pin_marks AS (INSERT INTO processed_messages (idempotency_key, consumer_group, topic, "partition", "offset", outcome) SELECT k, `).
 		Arg(args[1]).Comma().Arg(args[2]).WriteString(", p, o, oc FROM unnest(").
 		Arg(args[0]).WriteString("::text[], ").Arg(args[3]).WriteString("::bigint[], ").
 		Arg(args[4]).WriteString("::bigint[], ").Arg(args[5]).WriteString(`::text[]) AS u(k, p, o, oc) ORDER BY k COLLATE "C" RETURNING 1)`)
 	return true
 }
+
+// unsent reports a statement Item went into that never reached the
+// driver: a Write that built it and sent something else.
+func (m *Marks) unsent() bool { return m.inserted && !m.keys.sent }
+
+// errMarksUnsent fails a transaction whose Write built the marks' insert
+// and did not send it: its rows would commit without their marks.
+var errMarksUnsent = errors.New("write built the insert of its idempotency marks (Marks.Item) and did not send it: the transaction would commit its rows without their marks")
 
 // Gate is the condition that holds once Item's insert ran whole, for the
 // WHERE of the statement's first item that writes or locks; "" when Item

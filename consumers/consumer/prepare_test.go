@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -505,6 +506,43 @@ func TestASettledPartitionsPlainMarksMeetingOneBehindATransactionPooler(t *testi
 	t.Parallel()
 	e := newEnv(t)
 	plainMarksMeetingOne(t, e, pgtest.Bouncer(t, e.url, localpg.BouncerOptions{}), consumertest.Options{NoStatementCache: true})
+}
+
+// A Write that builds its marks' insert (Marks.Item) and never sends it
+// would commit its rows without their marks, and a redelivery would apply
+// them again. The runtime fails such a transaction instead: the message
+// whose Write drops them never commits its row nor a mark, the messages
+// around it commit with theirs, and, their successes the evidence, it is
+// dead-lettered as EVENT_PROCESSING_FAILED.
+func TestAWriteThatDoesNotSendItsMarksCommitsNothing(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	leadID := e.lead()
+	const batch = 2 // past a partition's first 2 × 2 messages the marks go to Write
+	r := consumertest.Start(t, e.cluster.Bootstrap, e.url, probeService(), consumertest.Options{BatchSize: batch})
+	for i := 0; i < 2*batch; i++ {
+		_, v := envelope(leadID, "")
+		e.produce(1, v)
+	}
+	e.waitCommitted(2 * batch)
+
+	const n = 5
+	dropped := e.produceOneAmong(leadID, n, 2, "drop-marks")
+	e.waitCommitted(2*batch + n)
+	dlq := e.cluster.ReadAll(t, probeDLQ, 1, 10*time.Second)
+	if len(dlq) != 1 || kafkatest.Header(dlq[0], "x-dlq-error-code") != consumer.ProcessingFailed.Name {
+		t.Fatalf("DLQ: %d records, want the message whose Write dropped its marks, with %s", len(dlq), consumer.ProcessingFailed.Name)
+	}
+	if reason := kafkatest.Header(dlq[0], consumer.HeaderReason); !strings.Contains(reason, "did not send it") {
+		t.Fatalf("dead letter's reason %q does not say the marks were not sent", reason)
+	}
+	if got := e.events(leadID); got != 2*batch+n-1 {
+		t.Fatalf("lead_events = %d, want %d (none for the message whose Write dropped its marks)", got, 2*batch+n-1)
+	}
+	if got := e.count(`SELECT count(*) FROM processed_messages WHERE idempotency_key = $1`, "probe:"+dropped.String()); got != 0 {
+		t.Fatalf("%d marks of the dropped message", got)
+	}
+	checkOutcomes(t, r, map[consumer.Outcome]int{consumer.Applied: 2*batch + n - 1, consumer.DeadLettered: 1})
 }
 
 // plainMarksMeetingOne runs the probe service on dbURL (e.url, or a pooler

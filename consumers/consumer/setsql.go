@@ -51,7 +51,8 @@ import (
 // Int, not $1::int[], which the binary form of int8 elements does not
 // read).
 type Array struct {
-	n int
+	n    int
+	sent bool // handed to the driver for a statement (Marks checks its insert went)
 	// bin is the binary form: binHeader bytes left for the header, then
 	// each element's length (-1: NULL) and bytes. The text form is
 	// rendered from it when asked for (text), except once the elements
@@ -253,7 +254,7 @@ func (a *Array) Len() int { return a.n }
 
 // Value implements driver.Valuer: the text form, for a connection not
 // opened by OpenDB.
-func (a *Array) Value() (driver.Value, error) { return a.text(), nil }
+func (a *Array) Value() (driver.Value, error) { a.sent = true; return a.text(), nil }
 
 // text is the array literal.
 func (a *Array) text() string {

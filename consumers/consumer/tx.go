@@ -219,6 +219,11 @@ func (r *Runtime) txOnce(ctx context.Context, items []*item, mode txMode, shared
 		// a lost race: a deadlock, or another processor's row written since Read
 		return hookFailed(err, raceCode(err), &writeError{err})
 	}
+	if toWrite != nil && toWrite.unsent() { // a bug in Write: never commit its rows without their marks
+		r.rollbackTx(ctx, tx, mode)
+		r.log.Error().Err(errMarksUnsent).Int("batch", len(items)).Msg("write did not send its marks")
+		return txResult{err: errMarksUnsent}, noRerun
+	}
 	clock.done(stageWrite)
 	if toWrite != nil && !toWrite.inserted { // Write wrote nothing
 		if err := insertMarks(ctx, tx, r.svc.Group, r.svc.Topic, marks); err != nil {
