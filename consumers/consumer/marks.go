@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 
+	"entgo.io/ent/dialect"
 	"entgo.io/ent/dialect/sql"
 
 	"github.com/pin-platform/pin/ent"
@@ -49,17 +50,12 @@ type mark struct {
 	outcome   Outcome
 }
 
-// marksSQL inserts marks: $1 the keys, $2 the group, $3 the topic, then
-// key by key its partition, offset and outcome. In key order, so that two
-// transactions inserting overlapping sets wait for each other instead of
-// deadlocking.
-const marksSQL = `
-INSERT INTO processed_messages (idempotency_key, consumer_group, topic, "partition", "offset", outcome)
-SELECT k, $2, $3, p, o, oc FROM unnest($1::text[], $4::bigint[], $5::bigint[], $6::text[]) AS u(k, p, o, oc)
-ORDER BY k COLLATE "C"`
-
-// marksArgs are marksSQL's arguments.
-func marksArgs(group, topic string, marks []mark) []any {
+// writeMarksInsert writes the insert of marks into b, its arguments as
+// b's next placeholders: the group, the topic, then key by key its
+// partition, offset and outcome; and returns the keys' argument. In key
+// order, so that two transactions inserting overlapping sets wait for
+// each other instead of deadlocking. One text whatever the marks.
+func writeMarksInsert(b *sql.Builder, group, topic string, marks []mark) *Array {
 	var keys, parts, offs, outs Array
 	for _, m := range marks {
 		keys.Text(m.key)
@@ -67,7 +63,20 @@ func marksArgs(group, topic string, marks []mark) []any {
 		offs.Int(m.offset)
 		outs.Text(string(m.outcome))
 	}
-	return []any{&keys, group, topic, &parts, &offs, &outs}
+	b.WriteString(`INSERT INTO processed_messages (idempotency_key, consumer_group, topic, "partition", "offset", outcome) SELECT k, `).
+		Arg(group).Comma().Arg(topic).WriteString(", p, o, oc FROM unnest(").
+		Arg(&keys).WriteString("::text[], ").Arg(&parts).WriteString("::bigint[], ").
+		Arg(&offs).WriteString("::bigint[], ").Arg(&outs).WriteString(`::text[]) AS u(k, p, o, oc) ORDER BY k COLLATE "C"`)
+	return &keys
+}
+
+// marksStatement is a statement of marks' own: their insert, then tail.
+func marksStatement(group, topic string, marks []mark, tail string) (string, []any) {
+	var b sql.Builder
+	b.SetDialect(dialect.Postgres)
+	writeMarksInsert(&b, group, topic, marks)
+	b.WriteString(tail)
+	return b.Query()
 }
 
 // Marks are the idempotency marks of a transaction's messages, for its
@@ -108,12 +117,9 @@ func (m *Marks) Item(b *sql.Builder) bool {
 		return false
 	}
 	m.inserted = true
-	args := marksArgs(m.group, m.topic, m.marks)
-	m.keys = args[0].(*Array)
-	b.WriteString(`pin_marks AS (INSERT INTO processed_messages (idempotency_key, consumer_group, topic, "partition", "offset", outcome) SELECT k, `).
-		Arg(args[1]).Comma().Arg(args[2]).WriteString(", p, o, oc FROM unnest(").
-		Arg(args[0]).WriteString("::text[], ").Arg(args[3]).WriteString("::bigint[], ").
-		Arg(args[4]).WriteString("::bigint[], ").Arg(args[5]).WriteString(`::text[]) AS u(k, p, o, oc) ORDER BY k COLLATE "C" RETURNING 1)`)
+	b.WriteString("pin_marks AS (")
+	m.keys = writeMarksInsert(b, m.group, m.topic, m.marks)
+	b.WriteString(" RETURNING 1)")
 	return true
 }
 
@@ -138,7 +144,8 @@ func (m *Marks) Gate() string {
 // insertMarks inserts the marks. A mark that exists fails it with a
 // unique violation (markTaken), and its transaction with it.
 func insertMarks(ctx context.Context, tx *ent.Tx, group, topic string, marks []mark) error {
-	if _, err := tx.ExecContext(ctx, marksSQL, marksArgs(group, topic, marks)...); err != nil {
+	q, args := marksStatement(group, topic, marks, "")
+	if _, err := tx.ExecContext(ctx, q, args...); err != nil {
 		return fmt.Errorf("insert idempotency marks: %w", err)
 	}
 	return nil
@@ -148,9 +155,8 @@ func insertMarks(ctx context.Context, tx *ent.Tx, group, topic string, marks []m
 // the others belong to messages already processed, or being processed by
 // a transaction that committed while this statement waited for it.
 func findMarks(ctx context.Context, tx *ent.Tx, group, topic string, marks []mark) (map[string]bool, error) {
-	rows, err := tx.QueryContext(ctx, marksSQL+`
-ON CONFLICT (idempotency_key) DO NOTHING
-RETURNING idempotency_key`, marksArgs(group, topic, marks)...)
+	q, args := marksStatement(group, topic, marks, " ON CONFLICT (idempotency_key) DO NOTHING RETURNING idempotency_key")
+	rows, err := tx.QueryContext(ctx, q, args...)
 	if err != nil {
 		return nil, fmt.Errorf("insert idempotency marks: %w", err)
 	}
