@@ -102,16 +102,7 @@ func TestReadIsOneStatement(t *testing.T) {
 	ctx := context.Background()
 	l := h.insertLead(StatusActive)
 	svc := New(prometheus.NewRegistry())
-	var msgs []*consumer.Message
-	for range 2 {
-		payload := fmt.Sprintf(`{"SelectionId": %q, "Action": "Shared", "AgentUserId": %q, "InvestorUserId": %q, "OccurredAt": "2026-12-01T10:00:00Z"}`,
-			uuid.NewString(), l.Agent, l.Investor)
-		m, err := servicetest.PayloadMessage(svc, EventType, "Selection", []byte(payload))
-		if err != nil {
-			t.Fatal(err)
-		}
-		msgs = append(msgs, m)
-	}
+	msgs := []*consumer.Message{sharedOn(t, svc, l), sharedOn(t, svc, l)}
 	h.Exec(`INSERT INTO lead_events (lead_id, tenant_id, type, occurred_at, source_message_id, payload)
 		VALUES ($1, $2, 'SelectionAttached', now(), $3, '{}')`, l.ID, l.Tenant, msgs[1].MessageID)
 
@@ -149,19 +140,9 @@ func TestWriteIsOneStatementWithTheMarks(t *testing.T) {
 	l := h.insertLead(StatusActive)
 	svc := New(prometheus.NewRegistry())
 	decide := svc.Handlers.(consumer.Batched[*view]).Routes[0].Decide
-	var msgs []*consumer.Message
+	msgs := []*consumer.Message{sharedOn(t, svc, l), sharedOn(t, svc, l)}
 	marks := consumer.NewMarks(Group, Topic)
-	for i := range 2 {
-		payload := fmt.Sprintf(`{"SelectionId": %q, "SelectionTitle": "Квартиры у парка", "PropertyObjectsCount": 7, "Action": "Shared", "AgentUserId": %q, "InvestorUserId": %q, "OccurredAt": "2026-12-01T10:00:00Z"}`,
-			uuid.NewString(), l.Agent, l.Investor)
-		m, err := servicetest.RuntimeMessage(svc, servicetest.Envelope{
-			MessageID: uuid.New(), EventType: EventType, CreatedAt: time.Now(), AggregateID: uuid.New(),
-			AggregateType: "Selection", Payload: servicetest.Raw([]byte(payload)),
-		}.Value())
-		if err != nil {
-			t.Fatal(err)
-		}
-		msgs = append(msgs, m)
+	for i, m := range msgs {
 		marks.Add(KeyPrefix+m.MessageID.String(), 0, int64(i), Attached)
 	}
 	client, sent := consumertest.NewStatementsClient(h.DB)
@@ -200,4 +181,20 @@ func TestWriteIsOneStatementWithTheMarks(t *testing.T) {
 	if got := h.leadState(l.ID); got.RowVersion != 2 {
 		t.Fatalf("the lead after two appends: %+v, want row_version 2", got)
 	}
+}
+
+// sharedOn is a valid Shared event of a new selection on lead l's pair,
+// with a MessageId of its own.
+func sharedOn(t *testing.T, svc consumer.Service, l testLead) *consumer.Message {
+	t.Helper()
+	payload := fmt.Sprintf(`{"SelectionId": %q, "SelectionTitle": "Квартиры у парка", "PropertyObjectsCount": 7, "Action": "Shared", "AgentUserId": %q, "InvestorUserId": %q, "OccurredAt": "2026-12-01T10:00:00Z"}`,
+		uuid.NewString(), l.Agent, l.Investor)
+	m, err := servicetest.RuntimeMessage(svc, servicetest.Envelope{
+		MessageID: uuid.New(), EventType: EventType, CreatedAt: time.Now(), AggregateID: uuid.New(),
+		AggregateType: "Selection", Payload: servicetest.Raw([]byte(payload)),
+	}.Value())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
 }
