@@ -9,13 +9,11 @@ import (
 	"log"
 	"reflect"
 
-	"github.com/google/uuid"
-	"github.com/pin-platform/pin/ent/migrate"
-
 	"entgo.io/ent"
 	"entgo.io/ent/dialect"
 	"entgo.io/ent/dialect/sql"
 	"entgo.io/ent/dialect/sql/sqlgraph"
+	"github.com/google/uuid"
 	"github.com/pin-platform/pin/ent/chat"
 	"github.com/pin-platform/pin/ent/chatevent"
 	"github.com/pin-platform/pin/ent/chatparticipant"
@@ -32,8 +30,6 @@ import (
 // Client is the client that holds all ent builders.
 type Client struct {
 	config
-	// Schema is the client for creating, migrating and dropping schema.
-	Schema *migrate.Schema
 	// Chat is the client for interacting with the Chat builders.
 	Chat *ChatClient
 	// ChatEvent is the client for interacting with the ChatEvent builders.
@@ -62,7 +58,6 @@ func NewClient(opts ...Option) *Client {
 }
 
 func (c *Client) init() {
-	c.Schema = migrate.NewSchema(c.driver)
 	c.Chat = NewChatClient(c.config)
 	c.ChatEvent = NewChatEventClient(c.config)
 	c.ChatParticipant = NewChatParticipantClient(c.config)

@@ -11,6 +11,8 @@ import (
 	atlasmigrate "ariga.io/atlas/sql/migrate"
 	"ariga.io/atlas/sql/schema"
 	"ariga.io/atlas/sql/sqlclient"
+
+	"github.com/pin-platform/pin/migrate/migrations"
 )
 
 // applyLock is the advisory lock Apply holds while it runs. It is the Atlas
@@ -224,7 +226,7 @@ func checkApplied(revs []*atlasmigrate.Revision, dir atlasmigrate.Dir) error {
 }
 
 func newRevisions(c *sqlclient.Client, eq schema.ExecQuerier) *revisions {
-	return &revisions{eq: eq, schema: revisionSchema(c.URL.URL)}
+	return &revisions{eq: eq, schema: migrations.RevisionSchemaOf(c.URL.URL)}
 }
 
 // Transaction modes of a migration file (`-- atlas:txmode <mode>`).

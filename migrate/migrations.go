@@ -5,36 +5,30 @@
 // (Apply), keeping revisions in the Atlas CLI's table and format so that
 // either tool can be used on the same database.
 //
-// The migration directory is embedded in every binary (Embedded), so
-// `pinctl migrate apply` needs no source tree.
+// The migration directory is embedded in every binary (Embedded, from
+// package migrations), so `pinctl migrate apply` needs no source tree.
 package migrate
 
 import (
-	"embed"
 	"errors"
 	"fmt"
 	"io/fs"
 	"os"
 
 	atlasmigrate "ariga.io/atlas/sql/migrate"
+
+	"github.com/pin-platform/pin/migrate/migrations"
 )
 
 // SourceDir is the migration directory's path relative to the repository
 // root: where Diff writes new files and what atlas.hcl describes.
 const SourceDir = "migrate/migrations"
 
-//go:embed migrations
-var migrationsFS embed.FS
-
 // Embedded returns the migration directory compiled into the binary, as an
 // in-memory atlas directory. Each call returns a fresh copy: writing to it
 // changes nothing else.
 func Embedded() (atlasmigrate.Dir, error) {
-	sub, err := fs.Sub(migrationsFS, "migrations")
-	if err != nil {
-		return nil, err
-	}
-	return memDirFromFS(sub, "embedded:"+SourceDir)
+	return memDirFromFS(migrations.FS, "embedded:"+SourceDir)
 }
 
 // OpenDir opens the migration directory at path, or the embedded one when
@@ -81,23 +75,9 @@ func memDirFromFS(fsys fs.FS, path string) (*atlasmigrate.MemDir, error) {
 	return dir, nil
 }
 
-// Latest is the version of the newest migration compiled into the binary:
-// the schema the binary was built for. A consumer waits for it to be
-// applied before it joins its group (the schema gate).
-func Latest() (string, error) {
-	dir, err := Embedded()
-	if err != nil {
-		return "", err
-	}
-	files, err := dir.Files()
-	if err != nil {
-		return "", err
-	}
-	if len(files) == 0 {
-		return "", errors.New("no migration files embedded")
-	}
-	return files[len(files)-1].Version(), nil
-}
+// Latest is the version of the newest migration compiled into the binary
+// (migrations.Latest, which the consumers read without this package).
+func Latest() (string, error) { return migrations.Latest() }
 
 // Upto returns a copy of dir that holds its files up to and including
 // version, with a matching atlas.sum: the directory as it was when version

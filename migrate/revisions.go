@@ -6,60 +6,36 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net/url"
 	"strings"
 	"time"
 
 	atlasmigrate "ariga.io/atlas/sql/migrate"
 	"ariga.io/atlas/sql/schema"
-	"github.com/lib/pq"
+
+	"github.com/pin-platform/pin/migrate/migrations"
 )
 
 // The revision table is the Atlas CLI's: same schema, table, columns and
 // encoding (its ent schema cmd/atlas/internal/migrate/ent/schema/revision.go
 // rendered by ent for PostgreSQL), so that `atlas migrate status|apply` and
-// `pinctl migrate` read and write each other's history.
+// `pinctl migrate` read and write each other's history. Where it is
+// (RevisionSchema, RevisionTable, RevisionTableOf) is package migrations':
+// the consumers' schema gate reads it too.
 const (
 	// RevisionSchema is the schema of the revision table for a database-wide
-	// URL (one without search_path); a schema-bound URL keeps the table in
-	// its own schema, as the CLI does.
-	RevisionSchema = "atlas_schema_revisions"
+	// URL (one without search_path).
+	RevisionSchema = migrations.RevisionSchema
 	// RevisionTable is the revision table's name.
-	RevisionTable = "atlas_schema_revisions"
+	RevisionTable = migrations.RevisionTable
 
 	// cloudIdentifier is the version of the CLI's bookkeeping row that
 	// identifies the target; it is not a revision.
 	cloudIdentifier = ".atlas_cloud_identifier"
 )
 
-// revisionSchema is the schema of the revision table for the database URL
-// u: its search_path (a schema-bound URL, as the Atlas CLI's postgres
-// driver reads it), else RevisionSchema.
-func revisionSchema(u *url.URL) string {
-	if u != nil {
-		if s := u.Query().Get("search_path"); s != "" {
-			return s
-		}
-	}
-	return RevisionSchema
-}
-
 // RevisionTableOf is the revision table `pinctl migrate apply` keeps for
-// databaseURL, schema-qualified and quoted for SQL: what the consumers'
-// schema gate reads. A key=value string (which apply refuses) is read the
-// same way: its search_path, as lib/pq sends it, names the schema. The
-// owner's URL and the services' must name the same search_path (or none):
-// it decides where the tables and their history are.
-func RevisionTableOf(databaseURL string) string {
-	u, err := url.Parse(databaseURL)
-	if err != nil || u.Scheme == "" {
-		u = nil
-		if cfg, err := pq.NewConfig(databaseURL); err == nil && cfg.Runtime["search_path"] != "" {
-			u = &url.URL{RawQuery: url.Values{"search_path": {cfg.Runtime["search_path"]}}.Encode()}
-		}
-	}
-	return (&revisions{schema: revisionSchema(u)}).table()
-}
+// databaseURL (migrations.RevisionTableOf).
+func RevisionTableOf(databaseURL string) string { return migrations.RevisionTableOf(databaseURL) }
 
 // revisionDDL creates the revision table exactly as the CLI's ent migration
 // does (TypeString → character varying, TypeUint/Int/Int64 → bigint, Text →
@@ -92,9 +68,7 @@ type revisions struct {
 
 var _ atlasmigrate.RevisionReadWriter = (*revisions)(nil)
 
-func (r *revisions) table() string {
-	return quoteIdent(r.schema) + "." + quoteIdent(RevisionTable)
-}
+func (r *revisions) table() string { return migrations.RevisionTableIn(r.schema) }
 
 // Ident implements atlasmigrate.RevisionReadWriter.
 func (r *revisions) Ident() *atlasmigrate.TableIdent {

@@ -25,7 +25,7 @@ import (
 
 	"github.com/pin-platform/pin/ent"
 	"github.com/pin-platform/pin/internal/secret"
-	"github.com/pin-platform/pin/migrate"
+	"github.com/pin-platform/pin/migrate/migrations"
 )
 
 // Exit codes of a consumer process.
@@ -98,7 +98,7 @@ func Main(ctx context.Context, environ []string, stderr io.Writer, defaultHTTP s
 	db.SetConnMaxIdleTime(5 * time.Minute)
 	client := ent.NewClient(ent.Driver(entsql.OpenDB(dialect.Postgres, db)))
 
-	schema, err := migrate.Latest()
+	schema, err := migrations.Latest()
 	if err != nil { // a build without its migrations: not the operator's to fix
 		slog.Error().Err(err).Msg("setup failed")
 		return ExitFailed

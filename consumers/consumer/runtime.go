@@ -41,7 +41,7 @@ type Options struct {
 	// batch a worker handled. nil: nothing to flush.
 	FlushLog func()
 	// SchemaVersion is the newest migration the binary was built with
-	// (migrate.Latest): the consumer joins its group only once the database
+	// (migrations.Latest): the consumer joins its group only once the database
 	// has it (schemagate.go). Empty: no gate.
 	SchemaVersion string
 }

@@ -9,11 +9,11 @@ import (
 
 	"github.com/lib/pq"
 
-	"github.com/pin-platform/pin/migrate"
+	"github.com/pin-platform/pin/migrate/migrations"
 )
 
 // The schema gate. A consumer binary is built with the migrations of its
-// commit (package migrate embeds them), and its SQL expects the schema the
+// commit (package migrations embeds them), and its SQL expects the schema the
 // newest of them makes. Rolled out before `pinctl migrate apply`, it would
 // fail on every message; so it does not join its group until the database's
 // revision table (the Atlas CLI's, atlas_schema_revisions, in the schema
@@ -73,7 +73,7 @@ func (r *Runtime) schemaApplied(ctx context.Context, version string) error {
 	var applied, total int64
 	var failed string
 	// Where `pinctl migrate apply` keeps it for this URL (its search_path).
-	table := migrate.RevisionTableOf(r.cfg.DatabaseURL)
+	table := migrations.RevisionTableOf(r.cfg.DatabaseURL)
 	err := r.db.QueryRowContext(ctx, `SELECT applied, total, COALESCE(error, '')
 FROM `+table+` WHERE version = $1`, version).Scan(&applied, &total, &failed)
 	var pqErr *pq.Error
