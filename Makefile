@@ -123,13 +123,17 @@ chaos: build
 	$(BIN)/pinctl chaos $(ARGS)
 
 ## image: one image of the four binaries (Containerfile), FROM scratch. The
-## binaries are built here, statically, on musl (musl-gcc: Debian's
-## musl-tools; confluent-kafka-go bundles a musl librdkafka), into
-## $(IMAGE_CTX) with the CA bundle, the build context. CONTAINER is podman,
-## else docker. IMAGE is what deploy/kubernetes names: the test of the
-## manifests reads it from here. PODMAN_FLAGS are the container engine's
-## global flags a host may need (.ci/run sets this machine's), never the
-## Containerfile's business.
+## binaries are built here as `make build` builds them (glibc, with the
+## librdkafka confluent-kafka-go bundles for it: the build `make bench`
+## measures), stripped, into $(IMAGE_CTX) with the CA bundle, and the
+## shared objects they load (ldd: glibc's loader, libc, libm) under
+## $(IMAGE_CTX)/root at their paths, the build context. A static musl
+## build cost 22–47 % more of the consumer's CPU an event: musl's
+## malloc maps and unmaps the C side's (librdkafka's) memory at a high
+## rate (bench/README.md, session 24). CONTAINER is podman, else docker. IMAGE is what
+## deploy/kubernetes names: the test of the manifests reads it from here.
+## PODMAN_FLAGS are the container engine's global flags a host may need
+## (.ci/run sets this machine's), never the Containerfile's business.
 IMAGE        ?= pin-consumers
 VERSION      ?= $(shell git -c safe.directory='*' describe --tags --always --dirty 2>/dev/null || echo dev)
 REVISION     ?= $(shell git -c safe.directory='*' rev-parse HEAD 2>/dev/null || echo unknown)
@@ -140,14 +144,26 @@ CONTAINER    ?= $(shell command -v podman >/dev/null 2>&1 && echo podman || echo
 PODMAN_FLAGS ?=
 IMAGE_CTX    := $(BIN)/image
 CA_BUNDLE    ?= /etc/ssl/certs/ca-certificates.crt
-STATIC_ENV   := CC=musl-gcc CGO_ENABLED=1
-STATIC_FLAGS := -tags musl -trimpath -ldflags '-linkmode external -extldflags -static -s -w'
+IMAGE_FLAGS  := -trimpath -ldflags '-s -w'
+
+# The shared objects the image's binaries load, as ldd resolves them here:
+# "name => /path (addr)", and the loader's "/path (addr)". A library ldd
+# cannot find ("=> not found") fails the build.
+IMAGE_LIBS = ldd $(IMAGE_CTX)/pinctl $(addprefix $(IMAGE_CTX)/,$(SERVICES)) | awk \
+	'/not found/ { print "image: " $$0 > "/dev/stderr"; bad = 1 } \
+	 $$2 == "=>" && $$3 ~ /^\// && !seen[$$3]++ { print $$3 } \
+	 $$1 ~ /^\// && $$1 !~ /:$$/ && !seen[$$1]++ { print $$1 } \
+	 END { exit bad }'
 
 image-binaries:
-	@command -v musl-gcc >/dev/null || { echo "image: musl-gcc is missing (apt-get install -y musl-tools)"; exit 1; }
-	@mkdir -p $(IMAGE_CTX)
-	$(STATIC_ENV) $(GO) build $(STATIC_FLAGS) -o $(IMAGE_CTX)/ ./cmd/...
+	rm -rf $(IMAGE_CTX)
+	mkdir -p $(IMAGE_CTX)/root
+	$(GO) build $(IMAGE_FLAGS) -o $(IMAGE_CTX)/ ./cmd/...
 	cp $(CA_BUNDLE) $(IMAGE_CTX)/ca-certificates.crt
+	@libs=$$($(IMAGE_LIBS)) && [ -n "$$libs" ] || { echo "image: no shared objects listed by ldd (a static build?)"; exit 1; }; \
+	for f in $$libs; do \
+		mkdir -p $(IMAGE_CTX)/root$$(dirname $$f) && cp -L $$f $(IMAGE_CTX)/root$$f && echo "image: $$f"; \
+	done
 
 image: image-binaries
 	$(CONTAINER) $(PODMAN_FLAGS) build -f Containerfile \

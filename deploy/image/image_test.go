@@ -137,7 +137,14 @@ func TestImage(t *testing.T) {
 	// Its consumer, on that database as the service's own login.
 	port := freePort(t)
 	name := "pin-image-test-" + randomHex(4)
-	e.must([]string{"KAFKA_BOOTSTRAP_SERVERS=" + env.Cluster.Bootstrap, "DATABASE_URL=" + pgtest.ServiceURL(t, fresh, s.Name())},
+	// The brokers by name, so that librdkafka resolves one in the image:
+	// glibc resolves names itself (the image has no NSS modules), here
+	// from the container's /etc/hosts.
+	bootstrap := strings.ReplaceAll(env.Cluster.Bootstrap, "127.0.0.1:", "localhost:")
+	if bootstrap == env.Cluster.Bootstrap {
+		t.Fatalf("the broker's bootstrap %q names no 127.0.0.1", env.Cluster.Bootstrap)
+	}
+	e.must([]string{"KAFKA_BOOTSTRAP_SERVERS=" + bootstrap, "DATABASE_URL=" + pgtest.ServiceURL(t, fresh, s.Name())},
 		append(append([]string{"run", "-d", "--name", name}, hardened...),
 			"-e", "KAFKA_BOOTSTRAP_SERVERS", "-e", "DATABASE_URL",
 			"-e", fmt.Sprintf("HTTP_ADDR=127.0.0.1:%d", port),
