@@ -127,13 +127,14 @@ chaos: build
 ## librdkafka confluent-kafka-go bundles for it: the build `make bench`
 ## measures), stripped, into $(IMAGE_CTX) with the CA bundle, and the
 ## shared objects they load (ldd: glibc's loader, libc, libm) under
-## $(IMAGE_CTX)/root at their paths, the build context. A static musl
-## build cost 22–47 % more of the consumer's CPU an event: musl's
-## malloc maps and unmaps the C side's (librdkafka's) memory at a high
-## rate (bench/README.md, session 24). CONTAINER is podman, else docker. IMAGE is what
-## deploy/kubernetes names: the test of the manifests reads it from here.
-## PODMAN_FLAGS are the container engine's global flags a host may need
-## (.ci/run sets this machine's), never the Containerfile's business.
+## $(IMAGE_CTX)/root at their paths, with an /etc/nsswitch.conf: the
+## build context. A static musl build cost 22–47 % more of the consumer's
+## CPU an event: musl's malloc maps and unmaps the C side's (librdkafka's)
+## memory at a high rate (bench/README.md, session 24). CONTAINER is
+## podman, else docker. IMAGE is what deploy/kubernetes names: the test of
+## the manifests reads it from here. PODMAN_FLAGS are the container
+## engine's global flags a host may need (.ci/run sets this machine's),
+## never the Containerfile's business.
 IMAGE        ?= pin-consumers
 VERSION      ?= $(shell git -c safe.directory='*' describe --tags --always --dirty 2>/dev/null || echo dev)
 REVISION     ?= $(shell git -c safe.directory='*' rev-parse HEAD 2>/dev/null || echo unknown)
@@ -148,7 +149,9 @@ IMAGE_FLAGS  := -trimpath -ldflags '-s -w'
 
 # The shared objects the image's binaries load, as ldd resolves them here:
 # "name => /path (addr)", and the loader's "/path (addr)". A library ldd
-# cannot find ("=> not found") fails the build.
+# cannot find ("=> not found") fails the build. Name lookups: glibc has
+# "files" and "dns" built in since 2.34 (no NSS modules to copy), and the
+# image's /etc/nsswitch.conf puts /etc/hosts first, as distributions do.
 IMAGE_LIBS = ldd $(IMAGE_CTX)/pinctl $(addprefix $(IMAGE_CTX)/,$(SERVICES)) | awk \
 	'/not found/ { print "image: " $$0 > "/dev/stderr"; bad = 1 } \
 	 $$2 == "=>" && $$3 ~ /^\// && !seen[$$3]++ { print $$3 } \
@@ -156,14 +159,17 @@ IMAGE_LIBS = ldd $(IMAGE_CTX)/pinctl $(addprefix $(IMAGE_CTX)/,$(SERVICES)) | aw
 	 END { exit bad }'
 
 image-binaries:
+	@test -n "$(BIN)" || { echo "image: BIN is empty"; exit 1; }
 	rm -rf $(IMAGE_CTX)
-	mkdir -p $(IMAGE_CTX)/root
+	mkdir -p $(IMAGE_CTX)/root/etc
 	$(GO) build $(IMAGE_FLAGS) -o $(IMAGE_CTX)/ ./cmd/...
 	cp $(CA_BUNDLE) $(IMAGE_CTX)/ca-certificates.crt
-	@libs=$$($(IMAGE_LIBS)) && [ -n "$$libs" ] || { echo "image: no shared objects listed by ldd (a static build?)"; exit 1; }; \
+	@libs=$$($(IMAGE_LIBS)) || { echo "image: ldd could not resolve every shared object"; exit 1; }; \
+	[ -n "$$libs" ] || { echo "image: ldd listed no shared objects (a static build?)"; exit 1; }; \
 	for f in $$libs; do \
-		mkdir -p $(IMAGE_CTX)/root$$(dirname $$f) && cp -L $$f $(IMAGE_CTX)/root$$f && echo "image: $$f"; \
+		mkdir -p $(IMAGE_CTX)/root$$(dirname $$f) && cp -L $$f $(IMAGE_CTX)/root$$f && echo "image: $$f" || exit 1; \
 	done
+	printf 'hosts: files dns\n' >$(IMAGE_CTX)/root/etc/nsswitch.conf
 
 image: image-binaries
 	$(CONTAINER) $(PODMAN_FLAGS) build -f Containerfile \

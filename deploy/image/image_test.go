@@ -31,6 +31,9 @@ import (
 
 func TestMain(m *testing.M) { servicetest.Main(m) }
 
+// brokerHost is the name the consumer in the image reaches the broker by.
+const brokerHost = "pin-image-test-broker"
+
 // drain is the consumer's CONSUMER_DRAIN_TIMEOUT here, and the time the
 // engine gives it between SIGTERM and SIGKILL on stop.
 const drain = 10 * time.Second
@@ -137,15 +140,17 @@ func TestImage(t *testing.T) {
 	// Its consumer, on that database as the service's own login.
 	port := freePort(t)
 	name := "pin-image-test-" + randomHex(4)
-	// The brokers by name, so that librdkafka resolves one in the image:
-	// glibc resolves names itself (the image has no NSS modules), here
-	// from the container's /etc/hosts.
-	bootstrap := strings.ReplaceAll(env.Cluster.Bootstrap, "127.0.0.1:", "localhost:")
+	// The brokers by a name only the container's /etc/hosts has (the
+	// engine's --add-host), so that librdkafka resolves it in the image:
+	// glibc resolves names itself (the image has no NSS modules), from
+	// /etc/hosts first as the image's nsswitch.conf says (without it,
+	// glibc asks DNS first and takes its "no such name" for an answer).
+	bootstrap := strings.ReplaceAll(env.Cluster.Bootstrap, "127.0.0.1:", brokerHost+":")
 	if bootstrap == env.Cluster.Bootstrap {
 		t.Fatalf("the broker's bootstrap %q names no 127.0.0.1", env.Cluster.Bootstrap)
 	}
 	e.must([]string{"KAFKA_BOOTSTRAP_SERVERS=" + bootstrap, "DATABASE_URL=" + pgtest.ServiceURL(t, fresh, s.Name())},
-		append(append([]string{"run", "-d", "--name", name}, hardened...),
+		append(append([]string{"run", "-d", "--name", name, "--add-host", brokerHost + ":127.0.0.1"}, hardened...),
 			"-e", "KAFKA_BOOTSTRAP_SERVERS", "-e", "DATABASE_URL",
 			"-e", fmt.Sprintf("HTTP_ADDR=127.0.0.1:%d", port),
 			"-e", "CONSUMER_DRAIN_TIMEOUT="+drain.String(),
