@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	atlasmigrate "ariga.io/atlas/sql/migrate"
@@ -77,7 +76,7 @@ func (r *revisions) Ident() *atlasmigrate.TableIdent {
 
 // create makes the revision schema and table when they do not exist.
 func (r *revisions) create(ctx context.Context) error {
-	if _, err := r.eq.ExecContext(ctx, "CREATE SCHEMA IF NOT EXISTS "+quoteIdent(r.schema)); err != nil {
+	if _, err := r.eq.ExecContext(ctx, "CREATE SCHEMA IF NOT EXISTS "+migrations.QuoteIdent(r.schema)); err != nil {
 		return fmt.Errorf("create revision schema %s: %w", r.schema, err)
 	}
 	if _, err := r.eq.ExecContext(ctx, fmt.Sprintf(revisionDDL, r.table())); err != nil {
@@ -205,9 +204,4 @@ func (r *revisions) query(ctx context.Context, query string, args ...any) ([]*at
 		return nil, fmt.Errorf("read revisions: %w", err)
 	}
 	return revs, nil
-}
-
-// quoteIdent quotes a PostgreSQL identifier.
-func quoteIdent(s string) string {
-	return `"` + strings.ReplaceAll(s, `"`, `""`) + `"`
 }

@@ -38,11 +38,11 @@ func Latest() (string, error) {
 		return "", errors.New("no migration files embedded")
 	}
 	slices.Sort(names)
-	return Version(names[len(names)-1]), nil
+	return version(names[len(names)-1]), nil
 }
 
-// Version is the version of the migration file name, as Atlas reads it.
-func Version(name string) string {
+// version is the version of the migration file name, as Atlas reads it.
+func version(name string) string {
 	v, _, _ := strings.Cut(strings.TrimSuffix(path.Base(name), ".sql"), "_")
 	return v
 }
@@ -75,7 +75,7 @@ func RevisionSchemaOf(u *url.URL) string {
 // RevisionTableIn is the revision table in schema, schema-qualified and
 // quoted for SQL.
 func RevisionTableIn(schema string) string {
-	return quoteIdent(schema) + "." + quoteIdent(RevisionTable)
+	return QuoteIdent(schema) + "." + QuoteIdent(RevisionTable)
 }
 
 // RevisionTableOf is the revision table `pinctl migrate apply` keeps for
@@ -95,6 +95,7 @@ func RevisionTableOf(databaseURL string) string {
 	return RevisionTableIn(RevisionSchemaOf(u))
 }
 
-func quoteIdent(s string) string {
+// QuoteIdent quotes a PostgreSQL identifier (a schema's or a table's name).
+func QuoteIdent(s string) string {
 	return `"` + strings.ReplaceAll(s, `"`, `""`) + `"`
 }
