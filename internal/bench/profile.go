@@ -118,11 +118,14 @@ func fetchTo(url, path string, timeout time.Duration) error {
 func (b *benchmark) profileAssigned(ctx context.Context, addr string, r *serviceResult) {
 	p := &profileReport{}
 	r.profile = p
+	// The WAL position first: read after the reset, it could come after a
+	// short max run's last commit (a loaded machine, the --db-latency
+	// proxy), which the reset's statements then counted and it did not.
+	p.walStart = b.walPosition(ctx)
 	p.cpu = startCPUProfile(addr, filepath.Join(b.work, r.Service+"-consumer-cpu.pprof"), b.profileSeconds())
 	if _, err := b.db.ExecContext(ctx, `SELECT pg_stat_statements_reset()`); err != nil {
 		p.note("pg_stat_statements_reset: %v", err)
 	}
-	p.walStart = b.walPosition(ctx)
 	p.allocsBase = filepath.Join(b.work, r.Service+"-consumer-allocs-assigned.pprof")
 	if err := fetchTo("http://"+addr+"/debug/pprof/allocs", p.allocsBase, 30*time.Second); err != nil {
 		p.note("heap allocations at the assignment: %v", err)
