@@ -59,28 +59,44 @@ func lanesFor(cfg Config, rtt time.Duration) (transactions, batch int) {
 	return max(cfg.Transactions, farTransactions), min(max(cfg.BatchSize, farBatchSize), MaxBatchSize)
 }
 
-// followDistance sets the lanes and the batch size for the database's
-// distance (lanesFor) and says so. Run calls it before any worker or
-// re-drive asks the scheduler for a lane.
-func (r *Runtime) followDistance(ctx context.Context) {
-	if !r.cfg.FollowDistance {
-		return
+// backlogFor is how many messages waiting open a lane beyond the first
+// (scheduler.go) for svc, batches of batch messages and a database rtt
+// away: a batch's worth near, none (any run) far or for an EagerLanes
+// service. Far, a lane's transaction waits on its round trips, and one
+// lane kept busy at half load held the runs behind it: messenger's p99
+// 514–539 ms, rewards' 81 against 62–69 (bench/README.md, session 25).
+func backlogFor(svc Service, rtt time.Duration, batch int) int {
+	if svc.EagerLanes || rtt >= farRoundTrip {
+		return 0
 	}
+	return batch
+}
+
+// followDistance measures the database's distance and sets from it how
+// the lanes beyond the first open (backlogFor) and, unless the operator
+// chose them, the lanes and the batch size (lanesFor); it says so. Run
+// calls it before any worker or re-drive asks the scheduler for a lane;
+// until then, and if the distance cannot be measured, every lane opens
+// for any run, as for a far database.
+func (r *Runtime) followDistance(ctx context.Context) {
 	rtt, err := roundTrip(ctx, r.db)
 	if err != nil {
 		if ctx.Err() == nil {
 			r.log.Warn().Err(err).Int("transactions", r.cfg.Transactions).Int("batch_size", r.cfg.BatchSize).
-				Msg("the database's round trip could not be measured: the defaults for a near one stay")
+				Msg("the database's round trip could not be measured: the lanes and batch size stay as they are, each lane opening for any run")
 		}
 		return
 	}
 	n, b := lanesFor(r.cfg, rtt)
-	if n != r.cfg.Transactions || b != r.cfg.BatchSize {
-		r.cfg.Transactions, r.cfg.BatchSize = n, b
-		r.cfg.QueueSize = max(r.cfg.QueueSize, b)
-		r.sched = newScheduler(n, sharedLimit*b, r.cfg.TransactionBytes)
+	r.cfg.Transactions, r.cfg.BatchSize = n, b
+	r.cfg.QueueSize = max(r.cfg.QueueSize, b)
+	backlog := backlogFor(r.svc, rtt, b)
+	r.sched = newScheduler(n, sharedLimit*b, r.cfg.TransactionBytes, backlog)
+	msg := "database distance measured: the transactions at once and their batch size follow it (set CONSUMER_TRANSACTIONS or CONSUMER_BATCH_SIZE to choose them)"
+	if !r.cfg.FollowDistance {
+		msg = "database distance measured: the transactions at once and their batch size are as set"
 	}
 	r.log.Info().Float64("round_trip_ms", float64(rtt.Microseconds())/1000).
 		Int("transactions", r.sched.lanes).Int("batch_size", r.cfg.BatchSize).Int("queue_size", r.cfg.QueueSize).Bool("far", rtt >= farRoundTrip).
-		Msg("database distance measured: the transactions at once and their batch size follow it (set CONSUMER_TRANSACTIONS or CONSUMER_BATCH_SIZE to choose them)")
+		Int("lane_backlog", backlog).Msg(msg)
 }

@@ -26,3 +26,24 @@ func TestLanesFollowTheDatabasesDistance(t *testing.T) {
 		}
 	}
 }
+
+// The lanes beyond the first wait for a batch's worth of messages with a
+// near database; far, or for an eager service, any run opens one.
+func TestTheBacklogThatOpensALaneFollowsTheDistance(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		svc   Service
+		rtt   time.Duration
+		batch int
+		want  int
+	}{
+		{"loopback", Service{}, 40 * time.Microsecond, 256, 256},
+		{"just under far", Service{}, farRoundTrip - time.Microsecond, 300, 300},
+		{"far", Service{}, farRoundTrip, 512, 0},
+		{"eager, near", Service{EagerLanes: true}, 40 * time.Microsecond, 256, 0},
+	} {
+		if got := backlogFor(tc.svc, tc.rtt, tc.batch); got != tc.want {
+			t.Errorf("%s: backlogFor(eager %v, %v, %d) = %d, want %d", tc.name, tc.svc.EagerLanes, tc.rtt, tc.batch, got, tc.want)
+		}
+	}
+}

@@ -147,7 +147,7 @@ func New(cfg Config, svc Service, client *ent.Client, db *sql.DB, opts Options) 
 	for _, rt := range r.routes {
 		r.commits[rt.EventType] = new(atomic.Int64)
 	}
-	r.sched = newScheduler(cfg.Transactions, sharedLimit*cfg.BatchSize, cfg.TransactionBytes)
+	r.sched = newScheduler(cfg.Transactions, sharedLimit*cfg.BatchSize, cfg.TransactionBytes, 0) // lanes open for any run until followDistance
 	if r.reg == nil {
 		r.reg = prometheus.NewRegistry()
 		r.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))

@@ -17,6 +17,17 @@ import (
 // first attempt) while every other run goes again alone. A worker still
 // waiting when its drain budget is spent leaves the queue; one whose run a
 // leader took waits for that transaction's end.
+//
+// The first lane is always open; the others open for a backlog only: when
+// the runs waiting, with the one asking, hold a partition's batch of
+// messages (CONSUMER_BATCH_SIZE) or more (unless the service's
+// EagerLanes opens them for any run). A lane that ends hands on to a
+// waiting run while it is the last one open or such a backlog waits, and
+// closes otherwise. Under a backlog every lane runs; at a partial load the
+// runs that arrive while a transaction runs wait for it and go together
+// in the next one, instead of a second, smaller transaction that contends
+// with the first for the same rows and wakes the database's backend more
+// often (DESIGN.md, "Scheduling").
 
 // sharedLimit × CONSUMER_BATCH_SIZE is how many messages a shared
 // transaction takes at most, and CONSUMER_TRANSACTION_BYTES how many bytes
@@ -25,9 +36,12 @@ import (
 const sharedLimit = 4
 
 type scheduler struct {
-	lanes int   // transactions at once
-	limit int   // messages per shared transaction (the leader's own run always goes)
-	bytes int64 // and their bytes (CONSUMER_TRANSACTION_BYTES)
+	lanes int // transactions at once
+	// backlog is how many messages waiting (the asking run's with them)
+	// open a lane beyond the first; 0 opens them for any run.
+	backlog int
+	limit   int   // messages per shared transaction (the leader's own run always goes)
+	bytes   int64 // and their bytes (CONSUMER_TRANSACTION_BYTES)
 	// tx runs a transaction on the leader's worker: (*worker).tx (a
 	// stand-in in the scheduler's unit tests).
 	tx func(w *worker, items []*item, mode txMode) txResult
@@ -35,6 +49,7 @@ type scheduler struct {
 	mu      sync.Mutex
 	leaders int        // lanes taken: leaders running, or promoted to run, a transaction
 	pending []*request // runs waiting for a lane, in arrival order
+	waiting int        // the pending runs' messages
 }
 
 // request is one worker's run offered to the scheduler.
@@ -49,8 +64,14 @@ type request struct {
 	lead  chan struct{} // promoted: the worker leads the next transaction
 }
 
-func newScheduler(lanes, limit int, bytes int64) *scheduler {
-	return &scheduler{lanes: max(lanes, 1), limit: limit, bytes: bytes, tx: (*worker).tx}
+func newScheduler(lanes, limit int, bytes int64, backlog int) *scheduler {
+	return &scheduler{lanes: max(lanes, 1), limit: limit, bytes: bytes, backlog: max(backlog, 0), tx: (*worker).tx}
+}
+
+// opensLocked says whether a run of n messages may take a lane now: a
+// lane is free, and it is the first or a backlog waits. s.mu is held.
+func (s *scheduler) opensLocked(n int) bool {
+	return s.leaders < s.lanes && (s.leaders == 0 || s.waiting+n >= s.backlog)
 }
 
 // do has w's run committed, alone or in a transaction it may share with
@@ -62,12 +83,13 @@ func (s *scheduler) do(w *worker, items []*item, alone bool, mode txMode) txResu
 		req.bytes += it.size
 	}
 	s.mu.Lock()
-	if s.leaders < s.lanes {
+	if s.opensLocked(len(items)) {
 		s.leaders++
 		s.mu.Unlock()
 		return s.run(req)
 	}
 	s.pending = append(s.pending, req)
+	s.waiting += len(items)
 	s.mu.Unlock()
 	select {
 	case res := <-req.done:
@@ -82,6 +104,7 @@ func (s *scheduler) do(w *worker, items []*item, alone bool, mode txMode) txResu
 	s.mu.Lock()
 	if i := slices.Index(s.pending, req); i >= 0 {
 		s.pending = slices.Delete(s.pending, i, i+1)
+		s.waiting -= len(req.items)
 		s.mu.Unlock()
 		return txResult{}
 	}
@@ -116,6 +139,7 @@ func (s *scheduler) run(own *request) (res txResult) {
 				group = append(group, q)
 				n += len(q.items)
 				b += q.bytes
+				s.waiting -= len(q.items)
 			} else {
 				rest = append(rest, q)
 			}
@@ -191,14 +215,17 @@ func (s *scheduler) run(own *request) (res txResult) {
 }
 
 // handOnLocked gives the lane of a leader that is done to the first waiting
-// run, or frees it. s.mu is held.
+// run, or closes it: when none waits, or when other lanes are open and
+// what waits is no backlog. s.mu is held.
 func (s *scheduler) handOnLocked() {
-	if len(s.pending) == 0 {
-		s.leaders--
+	s.leaders--
+	if len(s.pending) == 0 || !s.opensLocked(0) {
 		return
 	}
+	s.leaders++
 	next := s.pending[0]
 	s.pending[0] = nil
 	s.pending = s.pending[1:]
+	s.waiting -= len(next.items)
 	next.lead <- struct{}{}
 }

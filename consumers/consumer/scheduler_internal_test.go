@@ -21,7 +21,7 @@ type schedFixture struct {
 }
 
 func newSchedFixture(t *testing.T) *schedFixture {
-	f := &schedFixture{t: t, s: newScheduler(1, 100, 0), ran: make(chan []*worker, 10), owner: map[*item]*worker{}}
+	f := &schedFixture{t: t, s: newScheduler(1, 100, 0, 0), ran: make(chan []*worker, 10), owner: map[*item]*worker{}}
 	f.r = &Runtime{m: newMetrics(prometheus.NewRegistry(), Service{}, nil, func() float64 { return 0 })}
 	f.s.tx = func(_ *worker, items []*item, _ txMode) txResult {
 		var ws []*worker
@@ -354,5 +354,89 @@ func TestASharedTransactionLooksForTheMarksIfOneOfItsPartitionsMayMeetThem(t *te
 	}
 	if a, b := c.committed.Load(), d.committed.Load(); a != 0 || b != 0 {
 		t.Fatalf("committed counts %d and %d after a transaction that met marks, want 0 and 0", a, b)
+	}
+}
+
+// A lane beyond the first opens for a backlog only: while one lane is
+// busy, runs wait for it until the messages waiting, with the asking
+// run's, reach the backlog; the run that makes it one opens the second
+// lane and takes the waiting runs along.
+func TestASecondLaneOpensForABacklogOnly(t *testing.T) {
+	f := newSchedFixture(t)
+	f.s.lanes, f.s.backlog = 2, 3
+	f.s.leaders = 1 // the first lane is busy
+	a, resA := f.start(false)
+	f.waitPending(1)
+	b, resB := f.start(false)
+	f.waitPending(2) // 2 messages waiting: no backlog, no second lane
+	f.noneRan()
+	if n := f.leaders(); n != 1 {
+		t.Fatalf("%d lanes open with 2 messages waiting, want 1 (backlog 3)", n)
+	}
+	c, resC := f.start(false) // the third message: a backlog
+	ws := <-f.ran
+	if len(ws) != 3 || ws[0] != c || ws[1] != a || ws[2] != b {
+		t.Fatalf("the second lane's transaction ran %d runs, want c's leading a's and b's", len(ws))
+	}
+	for i, res := range []chan txResult{resA, resB, resC} {
+		if got := <-res; !got.committed {
+			t.Fatalf("run %d = %+v, want committed", i, got)
+		}
+	}
+	f.waitPending(0)
+	if n := f.leaders(); n != 1 {
+		t.Fatalf("%d lanes open after the second lane's transaction, want 1 (the busy one)", n)
+	}
+	if f.s.waiting != 0 {
+		t.Fatalf("%d messages counted waiting with none pending", f.s.waiting)
+	}
+}
+
+// A lane that ends while another is open closes unless a backlog waits;
+// the runs waiting then go with the last lane open, when it ends.
+func TestALaneClosesWhenWhatWaitsIsNoBacklog(t *testing.T) {
+	f := newSchedFixture(t)
+	f.s.lanes, f.s.backlog = 2, 3
+	f.s.leaders = 2 // both lanes busy
+	a, resA := f.start(false)
+	f.waitPending(1)
+	f.handOn() // one lane ends: 1 message waits, no backlog
+	f.noneRan()
+	if n := f.leaders(); n != 1 {
+		t.Fatalf("%d lanes open, want 1: the ended lane closes for 1 message waiting", n)
+	}
+	f.waitPending(1)
+	f.handOn() // the last lane ends: it goes to a
+	if ws := <-f.ran; len(ws) != 1 || ws[0] != a {
+		t.Fatalf("a transaction of %d runs, want a's", len(ws))
+	}
+	if got := <-resA; !got.committed {
+		t.Fatalf("a's run = %+v, want committed", got)
+	}
+	f.waitPending(0)
+	if n := f.leaders(); n != 0 {
+		t.Fatalf("%d lanes open at the end, want 0", n)
+	}
+
+	// With a backlog waiting, the ending lane goes on to it.
+	f.s.leaders = 2
+	var results []chan txResult
+	for i := range 3 {
+		_, res := f.start(false)
+		f.waitPending(i + 1)
+		results = append(results, res)
+	}
+	f.handOn()
+	if ws := <-f.ran; len(ws) != 3 {
+		t.Fatalf("the lane handed on ran %d runs, want the 3 waiting", len(ws))
+	}
+	for i, res := range results {
+		if got := <-res; !got.committed {
+			t.Fatalf("run %d = %+v, want committed", i, got)
+		}
+	}
+	f.waitPending(0)
+	if n := f.leaders(); n != 1 {
+		t.Fatalf("%d lanes open after the handed-on transaction, want 1 (the other, still busy)", n)
 	}
 }

@@ -42,6 +42,14 @@ type Service struct {
 	// Blocking keeps RetryLater waits in line: the partition waits instead
 	// of parking the message. For consumers whose per-key order matters.
 	Blocking bool
+	// EagerLanes opens a lane beyond the first (CONSUMER_TRANSACTIONS) for
+	// any run that finds the others busy. Without it they open only while
+	// a backlog waits (scheduler.go): at a partial load the runs then go
+	// together into fewer, larger transactions, which cost less per
+	// event. For a service whose transactions are long for their events,
+	// a partial load keeps one lane busy and its runs wait behind it
+	// (messenger: bench/README.md, session 25).
+	EagerLanes bool
 
 	// Describe, when set, gives the fields the spec's log lines carry for a
 	// message whose handler did not run or registered none (a duplicate

@@ -73,6 +73,11 @@ func New(reg prometheus.Registerer) consumer.Service {
 		// of line (a later one for the same lead then wins and the waiting
 		// one becomes stale), and waiting must not stall other leads.
 		Blocking: false,
+		// Its transactions are long for their events (a chat's members
+		// read and rewritten): at half load one lane was busy nearly all
+		// the time, and the runs that waited behind it doubled the p99
+		// (bench/README.md, session 25).
+		EagerLanes: true,
 		Metrics: consumer.SpecMetrics{
 			DurationMs:       "messenger_lead_participants_consume_duration_ms",
 			DLQ:              "messenger_lead_participants_dlq_total",
