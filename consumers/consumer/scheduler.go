@@ -19,15 +19,23 @@ import (
 // leader took waits for that transaction's end.
 //
 // The first lane is always open; the others open for a backlog only: when
-// the runs waiting, with the one asking, hold a partition's batch of
-// messages (CONSUMER_BATCH_SIZE) or more (unless the service's
-// EagerLanes opens them for any run). A lane that ends hands on to a
-// waiting run while it is the last one open or such a backlog waits, and
-// closes otherwise. Under a backlog every lane runs; at a partial load the
-// runs that arrive while a transaction runs wait for it and go together
-// in the next one, instead of a second, smaller transaction that contends
-// with the first for the same rows and wakes the database's backend more
-// often (DESIGN.md, "Scheduling").
+// the runs waiting, with the one asking, hold a partition's full batch or
+// more (CONSUMER_BATCH_SIZE messages, or half of
+// CONSUMER_TRANSACTION_BYTES: a batch cut at the budget holds more) —
+// unless the service's EagerLanes, or a far database, opens them for any
+// run (distance.go). A lane that ends hands on to a waiting run while it
+// is the last one open or such a backlog waits, and closes otherwise.
+// Under a backlog every lane runs; at a partial load the runs that arrive
+// while a transaction runs wait for it and go together in the next one,
+// instead of a second, smaller transaction that contends with the first
+// for the same rows and wakes the database's backend more often
+// (DESIGN.md, "Scheduling"). A run that has waited stallWait opens a
+// free lane all the same: a transaction held up (a row lock, a slow
+// commit) does not hold every other partition for as long.
+//
+// stallWait is 25 ms: three times the p99 of a run's wait for a lane at
+// half load (bench/README.md, session 25), so that it opens a lane in
+// the database's hiccups and not in a steady partial load.
 
 // sharedLimit × CONSUMER_BATCH_SIZE is how many messages a shared
 // transaction takes at most, and CONSUMER_TRANSACTION_BYTES how many bytes
@@ -35,21 +43,28 @@ import (
 // goes, alone).
 const sharedLimit = 4
 
+const stallWait = 25 * time.Millisecond
+
 type scheduler struct {
 	lanes int // transactions at once
 	// backlog is how many messages waiting (the asking run's with them)
-	// open a lane beyond the first; 0 opens them for any run.
-	backlog int
-	limit   int   // messages per shared transaction (the leader's own run always goes)
-	bytes   int64 // and their bytes (CONSUMER_TRANSACTION_BYTES)
+	// open a lane beyond the first, backlogBytes how many of their bytes;
+	// backlog 0 opens them for any run. stall: a run waiting that long
+	// opens a free lane.
+	backlog      int
+	backlogBytes int64
+	stall        time.Duration
+	limit        int   // messages per shared transaction (the leader's own run always goes)
+	bytes        int64 // and their bytes (CONSUMER_TRANSACTION_BYTES)
 	// tx runs a transaction on the leader's worker: (*worker).tx (a
 	// stand-in in the scheduler's unit tests).
 	tx func(w *worker, items []*item, mode txMode) txResult
 
-	mu      sync.Mutex
-	leaders int        // lanes taken: leaders running, or promoted to run, a transaction
-	pending []*request // runs waiting for a lane, in arrival order
-	waiting int        // the pending runs' messages
+	mu           sync.Mutex
+	leaders      int        // lanes taken: leaders running, or promoted to run, a transaction
+	pending      []*request // runs waiting for a lane, in arrival order
+	waiting      int        // the pending runs' messages
+	waitingBytes int64      // and their bytes
 }
 
 // request is one worker's run offered to the scheduler.
@@ -64,14 +79,39 @@ type request struct {
 	lead  chan struct{} // promoted: the worker leads the next transaction
 }
 
+// newScheduler is a scheduler of lanes transactions at once, each of up
+// to limit messages and bytes bytes (0: no bound), whose lanes beyond the
+// first open for backlog messages waiting (0: for any run), or half of
+// bytes.
 func newScheduler(lanes, limit int, bytes int64, backlog int) *scheduler {
-	return &scheduler{lanes: max(lanes, 1), limit: limit, bytes: bytes, backlog: max(backlog, 0), tx: (*worker).tx}
+	s := &scheduler{lanes: max(lanes, 1), limit: limit, bytes: bytes, backlog: max(backlog, 0), tx: (*worker).tx}
+	if s.backlog > 0 {
+		s.backlogBytes = bytes / 2
+		s.stall = stallWait
+	}
+	return s
 }
 
-// opensLocked says whether a run of n messages may take a lane now: a
-// lane is free, and it is the first or a backlog waits. s.mu is held.
-func (s *scheduler) opensLocked(n int) bool {
-	return s.leaders < s.lanes && (s.leaders == 0 || s.waiting+n >= s.backlog)
+// opensLocked says whether a run of n messages and b bytes may take a
+// lane now: a lane is free, and it is the first or a backlog waits. s.mu
+// is held.
+func (s *scheduler) opensLocked(n int, b int64) bool {
+	if s.leaders >= s.lanes {
+		return false
+	}
+	return s.leaders == 0 || s.waiting+n >= s.backlog || (s.backlogBytes > 0 && s.waitingBytes+b >= s.backlogBytes)
+}
+
+// dequeueLocked takes req out of pending, if it is there. s.mu is held.
+func (s *scheduler) dequeueLocked(req *request) bool {
+	i := slices.Index(s.pending, req)
+	if i < 0 {
+		return false
+	}
+	s.pending = slices.Delete(s.pending, i, i+1)
+	s.waiting -= len(req.items)
+	s.waitingBytes -= req.bytes
+	return true
 }
 
 // do has w's run committed, alone or in a transaction it may share with
@@ -83,28 +123,27 @@ func (s *scheduler) do(w *worker, items []*item, alone bool, mode txMode) txResu
 		req.bytes += it.size
 	}
 	s.mu.Lock()
-	if s.opensLocked(len(items)) {
+	if s.opensLocked(len(items), req.bytes) {
 		s.leaders++
 		s.mu.Unlock()
 		return s.run(req)
 	}
 	s.pending = append(s.pending, req)
 	s.waiting += len(items)
+	s.waitingBytes += req.bytes
+	stall := s.stallLocked()
 	s.mu.Unlock()
-	select {
-	case res := <-req.done:
+	if stall != nil {
+		defer stall.Stop()
+	}
+	if res, ok := s.wait(req, stall); ok {
 		return res
-	case <-req.lead:
-		return s.run(req)
-	case <-w.ctx.Done():
 	}
 	// The drain budget is spent. Promotion and taking both remove a run
 	// from pending under mu, so under mu the run is either still waiting,
 	// promoted, or in a leader's transaction.
 	s.mu.Lock()
-	if i := slices.Index(s.pending, req); i >= 0 {
-		s.pending = slices.Delete(s.pending, i, i+1)
-		s.waiting -= len(req.items)
+	if s.dequeueLocked(req) {
 		s.mu.Unlock()
 		return txResult{}
 	}
@@ -114,6 +153,45 @@ func (s *scheduler) do(w *worker, items []*item, alone bool, mode txMode) txResu
 		return s.run(req)
 	default:
 		return <-req.done // taken: its transaction ends with its leader's
+	}
+}
+
+// stallLocked is the timer after which a run queued now may open a free
+// lane, nil when that cannot happen (lanes open for any run, or one
+// lane). s.mu is held.
+func (s *scheduler) stallLocked() *time.Timer {
+	if s.stall <= 0 || s.lanes < 2 {
+		return nil
+	}
+	return time.NewTimer(s.stall)
+}
+
+// wait waits for req's run to be taken or promoted, or for its stall
+// timer (nil: none) to open a free lane for it; false when w's drain
+// budget is spent first.
+func (s *scheduler) wait(req *request, stall *time.Timer) (txResult, bool) {
+	var stalled <-chan time.Time
+	if stall != nil {
+		stalled = stall.C
+	}
+	for {
+		select {
+		case res := <-req.done:
+			return res, true
+		case <-req.lead:
+			return s.run(req), true
+		case <-stalled:
+			stalled = nil
+			s.mu.Lock()
+			if s.leaders < s.lanes && s.dequeueLocked(req) {
+				s.leaders++
+				s.mu.Unlock()
+				return s.run(req), true
+			}
+			s.mu.Unlock()
+		case <-req.w.ctx.Done():
+			return txResult{}, false
+		}
 	}
 }
 
@@ -140,6 +218,7 @@ func (s *scheduler) run(own *request) (res txResult) {
 				n += len(q.items)
 				b += q.bytes
 				s.waiting -= len(q.items)
+				s.waitingBytes -= q.bytes
 			} else {
 				rest = append(rest, q)
 			}
@@ -219,7 +298,7 @@ func (s *scheduler) run(own *request) (res txResult) {
 // what waits is no backlog. s.mu is held.
 func (s *scheduler) handOnLocked() {
 	s.leaders--
-	if len(s.pending) == 0 || !s.opensLocked(0) {
+	if len(s.pending) == 0 || !s.opensLocked(0, 0) {
 		return
 	}
 	s.leaders++
@@ -227,5 +306,6 @@ func (s *scheduler) handOnLocked() {
 	s.pending[0] = nil
 	s.pending = s.pending[1:]
 	s.waiting -= len(next.items)
+	s.waitingBytes -= next.bytes
 	next.lead <- struct{}{}
 }

@@ -78,6 +78,19 @@ func (f *schedFixture) twoWaiting() (a *worker, resA chan txResult, b *worker, r
 	return a, resA, b, resB
 }
 
+// nextRan is the workers of the next stand-in transaction; the test fails
+// if none runs within 10 s.
+func (f *schedFixture) nextRan() []*worker {
+	f.t.Helper()
+	select {
+	case ws := <-f.ran:
+		return ws
+	case <-time.After(10 * time.Second):
+		f.t.Fatal("no transaction ran in 10 s")
+		return nil
+	}
+}
+
 // noneRan fails the test if a transaction ran.
 func (f *schedFixture) noneRan() {
 	f.t.Helper()
@@ -374,7 +387,7 @@ func TestASecondLaneOpensForABacklogOnly(t *testing.T) {
 		t.Fatalf("%d lanes open with 2 messages waiting, want 1 (backlog 3)", n)
 	}
 	c, resC := f.start(false) // the third message: a backlog
-	ws := <-f.ran
+	ws := f.nextRan()
 	if len(ws) != 3 || ws[0] != c || ws[1] != a || ws[2] != b {
 		t.Fatalf("the second lane's transaction ran %d runs, want c's leading a's and b's", len(ws))
 	}
@@ -438,5 +451,64 @@ func TestALaneClosesWhenWhatWaitsIsNoBacklog(t *testing.T) {
 	f.waitPending(0)
 	if n := f.leaders(); n != 1 {
 		t.Fatalf("%d lanes open after the handed-on transaction, want 1 (the other, still busy)", n)
+	}
+}
+
+// A batch cut at the transaction's byte budget is a backlog too: the
+// bytes waiting open a lane when the messages do not (large records).
+func TestASecondLaneOpensForABacklogOfBytes(t *testing.T) {
+	f := newSchedFixture(t)
+	f.s.lanes, f.s.backlog, f.s.backlogBytes = 2, 100, 10
+	f.s.leaders = 1 // the first lane is busy
+	resA := f.startSized(6)
+	f.waitPending(1)
+	f.noneRan()
+	resB := f.startSized(6) // 12 bytes waiting: a backlog
+	if ws := f.nextRan(); len(ws) != 2 {
+		t.Fatalf("the second lane's transaction ran %d runs, want both", len(ws))
+	}
+	for i, res := range []chan txResult{resA, resB} {
+		if got := <-res; !got.committed {
+			t.Fatalf("run %d = %+v, want committed", i, got)
+		}
+	}
+	f.waitPending(0)
+	if f.s.waiting != 0 || f.s.waitingBytes != 0 {
+		t.Fatalf("%d messages, %d bytes counted waiting with none pending", f.s.waiting, f.s.waitingBytes)
+	}
+}
+
+// A run that waited its stall for a lane opens a free one without a
+// backlog: a transaction held up does not hold the other partitions.
+func TestAWaitingRunOpensAFreeLaneAfterItsStall(t *testing.T) {
+	f := newSchedFixture(t)
+	f.s.lanes, f.s.backlog, f.s.stall = 2, 100, 20*time.Millisecond
+	f.s.leaders = 1 // the first lane is held, and stays so
+	a, resA := f.start(false)
+	if ws := f.nextRan(); len(ws) != 1 || ws[0] != a {
+		t.Fatalf("a transaction of %d runs, want a's", len(ws))
+	}
+	if got := <-resA; !got.committed {
+		t.Fatalf("a's run = %+v, want committed", got)
+	}
+	f.waitPending(0)
+	if n := f.leaders(); n != 1 {
+		t.Fatalf("%d lanes open, want 1 (the held one)", n)
+	}
+
+	// With every lane busy the stall opens nothing: the run waits for a
+	// hand-on.
+	f.s.leaders = 2
+	b, resB := f.start(false)
+	f.waitPending(1)
+	time.Sleep(3 * f.s.stall)
+	f.noneRan()
+	f.handOn() // the last lane but one ends: b's 1 message is no backlog, its stall is spent
+	f.handOn() // the last lane ends: b leads
+	if ws := <-f.ran; len(ws) != 1 || ws[0] != b {
+		t.Fatalf("a transaction of %d runs, want b's", len(ws))
+	}
+	if got := <-resB; !got.committed {
+		t.Fatalf("b's run = %+v, want committed", got)
 	}
 }
