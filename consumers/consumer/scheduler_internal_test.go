@@ -91,6 +91,26 @@ func (f *schedFixture) nextRan() []*worker {
 	}
 }
 
+// ranAlone fails the test unless the next stand-in transaction carries
+// w's run alone.
+func (f *schedFixture) ranAlone(w *worker) {
+	f.t.Helper()
+	if ws := f.nextRan(); len(ws) != 1 || ws[0] != w {
+		f.t.Fatalf("a transaction of %d runs, want one worker's run alone", len(ws))
+	}
+}
+
+// committed fails the test unless every run of results was reported
+// committed.
+func (f *schedFixture) committed(results ...chan txResult) {
+	f.t.Helper()
+	for i, res := range results {
+		if got := <-res; !got.committed {
+			f.t.Fatalf("run %d = %+v, want committed", i, got)
+		}
+	}
+}
+
 // noneRan fails the test if a transaction ran.
 func (f *schedFixture) noneRan() {
 	f.t.Helper()
@@ -190,11 +210,7 @@ func TestALeaderTakesTheWaitingRunsUpToTheLimit(t *testing.T) {
 	if len(second) != 1 || second[0] != ws[3] {
 		t.Fatalf("second transaction: %d runs, want ws[3]'s", len(second))
 	}
-	for i, res := range results {
-		if got := <-res; !got.committed {
-			t.Fatalf("run %d = %+v, want committed", i, got)
-		}
-	}
+	f.committed(results...)
 	if n := f.leaders(); n != 0 {
 		t.Fatalf("%d lanes taken at the end, want 0", n)
 	}
@@ -318,11 +334,7 @@ func TestASharedTransactionTakesRunsWithinItsByteBudget(t *testing.T) {
 	if ws := <-f.ran; len(ws) != 1 {
 		t.Fatalf("the second transaction carried %d runs, want 1", len(ws))
 	}
-	for i, r := range res {
-		if got := <-r; !got.committed {
-			t.Fatalf("run %d = %+v, want committed", i, got)
-		}
-	}
+	f.committed(res...)
 }
 
 // A transaction that carries the run of a partition likely to meet marks
@@ -391,11 +403,7 @@ func TestASecondLaneOpensForABacklogOnly(t *testing.T) {
 	if len(ws) != 3 || ws[0] != c || ws[1] != a || ws[2] != b {
 		t.Fatalf("the second lane's transaction ran %d runs, want c's leading a's and b's", len(ws))
 	}
-	for i, res := range []chan txResult{resA, resB, resC} {
-		if got := <-res; !got.committed {
-			t.Fatalf("run %d = %+v, want committed", i, got)
-		}
-	}
+	f.committed(resA, resB, resC)
 	f.waitPending(0)
 	if n := f.leaders(); n != 1 {
 		t.Fatalf("%d lanes open after the second lane's transaction, want 1 (the busy one)", n)
@@ -420,12 +428,8 @@ func TestALaneClosesWhenWhatWaitsIsNoBacklog(t *testing.T) {
 	}
 	f.waitPending(1)
 	f.handOn() // the last lane ends: it goes to a
-	if ws := <-f.ran; len(ws) != 1 || ws[0] != a {
-		t.Fatalf("a transaction of %d runs, want a's", len(ws))
-	}
-	if got := <-resA; !got.committed {
-		t.Fatalf("a's run = %+v, want committed", got)
-	}
+	f.ranAlone(a)
+	f.committed(resA)
 	f.waitPending(0)
 	if n := f.leaders(); n != 0 {
 		t.Fatalf("%d lanes open at the end, want 0", n)
@@ -440,14 +444,10 @@ func TestALaneClosesWhenWhatWaitsIsNoBacklog(t *testing.T) {
 		results = append(results, res)
 	}
 	f.handOn()
-	if ws := <-f.ran; len(ws) != 3 {
+	if ws := f.nextRan(); len(ws) != 3 {
 		t.Fatalf("the lane handed on ran %d runs, want the 3 waiting", len(ws))
 	}
-	for i, res := range results {
-		if got := <-res; !got.committed {
-			t.Fatalf("run %d = %+v, want committed", i, got)
-		}
-	}
+	f.committed(results...)
 	f.waitPending(0)
 	if n := f.leaders(); n != 1 {
 		t.Fatalf("%d lanes open after the handed-on transaction, want 1 (the other, still busy)", n)
@@ -467,11 +467,7 @@ func TestASecondLaneOpensForABacklogOfBytes(t *testing.T) {
 	if ws := f.nextRan(); len(ws) != 2 {
 		t.Fatalf("the second lane's transaction ran %d runs, want both", len(ws))
 	}
-	for i, res := range []chan txResult{resA, resB} {
-		if got := <-res; !got.committed {
-			t.Fatalf("run %d = %+v, want committed", i, got)
-		}
-	}
+	f.committed(resA, resB)
 	f.waitPending(0)
 	if f.s.waiting != 0 || f.s.waitingBytes != 0 {
 		t.Fatalf("%d messages, %d bytes counted waiting with none pending", f.s.waiting, f.s.waitingBytes)
@@ -485,12 +481,8 @@ func TestAWaitingRunOpensAFreeLaneAfterItsStall(t *testing.T) {
 	f.s.lanes, f.s.backlog, f.s.stall = 2, 100, 20*time.Millisecond
 	f.s.leaders = 1 // the first lane is held, and stays so
 	a, resA := f.start(false)
-	if ws := f.nextRan(); len(ws) != 1 || ws[0] != a {
-		t.Fatalf("a transaction of %d runs, want a's", len(ws))
-	}
-	if got := <-resA; !got.committed {
-		t.Fatalf("a's run = %+v, want committed", got)
-	}
+	f.ranAlone(a)
+	f.committed(resA)
 	f.waitPending(0)
 	if n := f.leaders(); n != 1 {
 		t.Fatalf("%d lanes open, want 1 (the held one)", n)
@@ -505,10 +497,6 @@ func TestAWaitingRunOpensAFreeLaneAfterItsStall(t *testing.T) {
 	f.noneRan()
 	f.handOn() // the last lane but one ends: b's 1 message is no backlog, its stall is spent
 	f.handOn() // the last lane ends: b leads
-	if ws := <-f.ran; len(ws) != 1 || ws[0] != b {
-		t.Fatalf("a transaction of %d runs, want b's", len(ws))
-	}
-	if got := <-resB; !got.committed {
-		t.Fatalf("b's run = %+v, want committed", got)
-	}
+	f.ranAlone(b)
+	f.committed(resB)
 }
