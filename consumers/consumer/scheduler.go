@@ -93,13 +93,15 @@ func newScheduler(lanes, limit int, bytes int64, backlog int) *scheduler {
 }
 
 // opensLocked says whether a run of n messages and b bytes may take a
-// lane now: a lane is free, and it is the first or a backlog waits. s.mu
-// is held.
+// lane now: a lane is free, and it is the first, a backlog waits, or the
+// first run waiting has waited its stall (its timer may have fired while
+// every lane was taken). s.mu is held.
 func (s *scheduler) opensLocked(n int, b int64) bool {
 	if s.leaders >= s.lanes {
 		return false
 	}
-	return s.leaders == 0 || s.waiting+n >= s.backlog || (s.backlogBytes > 0 && s.waitingBytes+b >= s.backlogBytes)
+	return s.leaders == 0 || s.waiting+n >= s.backlog || (s.backlogBytes > 0 && s.waitingBytes+b >= s.backlogBytes) ||
+		(s.stall > 0 && len(s.pending) > 0 && time.Since(s.pending[0].asked) >= s.stall)
 }
 
 // dequeueLocked takes req out of pending, if it is there. s.mu is held.
@@ -295,7 +297,7 @@ func (s *scheduler) run(own *request) (res txResult) {
 
 // handOnLocked gives the lane of a leader that is done to the first waiting
 // run, or closes it: when none waits, or when other lanes are open and
-// what waits is no backlog. s.mu is held.
+// what waits is no backlog and has not waited its stall. s.mu is held.
 func (s *scheduler) handOnLocked() {
 	s.leaders--
 	if len(s.pending) == 0 || !s.opensLocked(0, 0) {

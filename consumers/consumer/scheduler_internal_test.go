@@ -488,15 +488,18 @@ func TestAWaitingRunOpensAFreeLaneAfterItsStall(t *testing.T) {
 		t.Fatalf("%d lanes open, want 1 (the held one)", n)
 	}
 
-	// With every lane busy the stall opens nothing: the run waits for a
-	// hand-on.
+	// With every lane busy the stall opens nothing; the first lane to end
+	// then goes to the run that has waited its stall, backlog or not.
 	f.s.leaders = 2
 	b, resB := f.start(false)
 	f.waitPending(1)
 	time.Sleep(3 * f.s.stall)
 	f.noneRan()
-	f.handOn() // the last lane but one ends: b's 1 message is no backlog, its stall is spent
-	f.handOn() // the last lane ends: b leads
+	f.handOn() // one lane ends: b's 1 message is no backlog, but b has waited
 	f.ranAlone(b)
 	f.committed(resB)
+	f.waitPending(0)
+	if n := f.leaders(); n != 1 {
+		t.Fatalf("%d lanes open after b's transaction, want 1 (the other, still busy)", n)
+	}
 }
