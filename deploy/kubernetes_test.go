@@ -46,9 +46,9 @@ const (
 	baseDir    = "kubernetes/base"
 	overlayDir = "kubernetes/overlays/example"
 	// closeMargin is what a pod needs after CONSUMER_DRAIN_TIMEOUT: the
-	// offset commit, leaving the group, closing the Kafka client (bounded at
-	// 10 s) and the database.
-	closeMargin = 10 * time.Second
+	// offset commit, leaving the group (at most 5 s, while a rebalance
+	// completes), closing the Kafka client and the database.
+	closeMargin = 15 * time.Second
 	// maxHeapShare bounds GOMEMLIMIT against the container's memory limit:
 	// librdkafka's prefetch and buffers are C memory, outside the Go heap.
 	maxHeapShare = 0.8

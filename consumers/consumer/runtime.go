@@ -111,6 +111,16 @@ type Runtime struct {
 	// closing: the consumer is being closed; a rebalance Close serves
 	// starts no worker and asks librdkafka nothing.
 	closing atomic.Bool
+	// leaving: the member is leaving its group before Close (leave); an
+	// assignment served meanwhile starts no worker. Poll goroutine only.
+	leaving bool
+	// awaitingAssign: the classic protocol owes this member an assignment
+	// (it subscribed, or had partitions revoked, and has not been assigned
+	// since): a join or sync is in flight. Poll goroutine only.
+	awaitingAssign bool
+	// lastRebalance is when the rebalance callback last ran. Poll
+	// goroutine only.
+	lastRebalance time.Time
 	// assignErr is why the last assignment could not be taken (nil: it
 	// was): /readyz names it.
 	assignErr atomic.Pointer[string]
@@ -353,15 +363,17 @@ func (r *Runtime) Run(ctx context.Context) error {
 	if err := c.Subscribe(r.svc.Topic, r.rebalance); err != nil {
 		return fmt.Errorf("subscribe %s: %w", r.svc.Topic, err)
 	}
+	r.awaitingAssign = true
 	r.log.Info().Str("group", r.svc.Group).Msg("consumer started")
 
 	runErr := r.pollLoop(ctx)
 
 	// Drain: stop every worker (in-flight work finishes within the budget),
-	// commit what they stored, then leave the group.
+	// commit what they stored, then leave the group, then close.
 	r.stopWorkers(r.assigned())
 	stopCommitter()
 	r.commit("shutdown")
+	r.leave(leaveBudget)
 	r.closeConsumer()
 	closed = true
 	r.log.Info().Msg("consumer stopped")
@@ -416,6 +428,59 @@ func (r *Runtime) pollLoop(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// leave's bounds: leaveBudget in all, after the drain (a rebalance
+// completes once every member rejoined, within a heartbeat interval, 3 s
+// by default; the pod's grace period covers it, deploy/kubernetes_test.go);
+// leaveQuiet, once nothing is assigned and no assignment is owed, for a
+// rebalance callback still on its way.
+const (
+	leaveBudget = 5 * time.Second
+	leaveQuiet  = 100 * time.Millisecond
+)
+
+// leave takes the member out of its group before Close, here on the poll
+// goroutine: Unsubscribe, then Poll, which serves the rebalance that
+// follows through r.rebalance (the revoke commits what was stored and
+// gives the partitions back), until librdkafka holds no assignment and
+// owes none, or until budget. librdkafka postpones an unsubscribe until a
+// rebalance in flight completes, so a member stopped mid-rebalance (a
+// rolling restart's everyday case) first gets the assignment the join
+// was for: it takes none of it (no worker starts), and the revoke gives
+// it back. Closed with that rebalance still in flight, the member
+// neither left in time (the coordinator held the group's join for the
+// others until the rebalance timeout, minutes: kfake showed it) nor
+// always survived: librdkafka's termination can assert on an assignment
+// still in progress and abort the process (librdkafka#4792, seen once in
+// CI). Close then finds a member in no group. A message Poll returns
+// meanwhile was fetched before the revoke and is dropped unprocessed:
+// its offset is not stored, and the partition's next owner reads it.
+func (r *Runtime) leave(budget time.Duration) {
+	c := r.consumer
+	r.leaving = true
+	if err := c.Unsubscribe(); err != nil {
+		r.log.Warn().Err(err).Msg("leaving the group before close: unsubscribe failed")
+		return
+	}
+	since := time.Now()
+	deadline := since.Add(budget)
+	for time.Now().Before(deadline) {
+		if e, ok := c.Poll(10).(kafka.Error); ok {
+			r.log.Debug().Err(e).Msg("kafka error while leaving the group")
+		}
+		if r.lastRebalance.After(since) {
+			since = r.lastRebalance
+		}
+		if r.awaitingAssign && !r.consumerProtocol || time.Since(since) < leaveQuiet {
+			continue
+		}
+		if ps, err := c.Assignment(); err == nil && len(ps) == 0 {
+			r.log.Debug().Msg("left the group")
+			return
+		}
+	}
+	r.log.Warn().Dur("budget", budget).Msg("the member could not leave its group within the budget (a rebalance still in flight): closing the consumer anyway")
 }
 
 func (r *Runtime) closeConsumer() {
@@ -484,8 +549,22 @@ func consumerProtocol(cm kafka.ConfigMap) bool {
 
 // rebalance runs inside Poll, on the poll goroutine.
 func (r *Runtime) rebalance(c *kafka.Consumer, ev kafka.Event) error {
+	r.lastRebalance = time.Now()
 	switch e := ev.(type) {
 	case kafka.AssignedPartitions:
+		r.awaitingAssign = false
+		if r.leaving && !r.closing.Load() {
+			// The assignment of a join that was in flight when the member
+			// began to leave: not worked on; the unsubscribe's revoke
+			// gives it back. Taken as given under the cooperative
+			// protocols (so that the revoke's incremental unassign finds
+			// it), answered with an empty one under the eager protocol.
+			r.log.Info().Str("assigned", fmtParts(e.Partitions)).Msg("partitions assigned while leaving the group: not worked on")
+			if r.cooperative {
+				return r.assign(c, e.Partitions)
+			}
+			return r.assign(c, nil)
+		}
 		if r.closing.Load() {
 			// An assignment queued before the shutdown, served by Close:
 			// answered with an empty one, as the protocol wants it, so
@@ -529,6 +608,9 @@ func (r *Runtime) rebalance(c *kafka.Consumer, ev kafka.Event) error {
 		}
 		r.joined.Store(true)
 	case kafka.RevokedPartitions:
+		// A member that is not leaving rejoins after a revoke: the group
+		// owes it the join's assignment.
+		r.awaitingAssign = !r.leaving
 		lost := c.AssignmentLost()
 		r.log.Info().Int("partitions", len(e.Partitions)).Str("revoked", fmtParts(e.Partitions)).Bool("lost", lost).Msg("partitions revoked")
 		var ps []int32

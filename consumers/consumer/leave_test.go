@@ -1,0 +1,66 @@
+package consumer_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/pin-platform/pin/consumers/consumer/consumertest"
+	"github.com/pin-platform/pin/consumers/kafkatest"
+)
+
+// A member stopped while its group assigns (the rolling restart's
+// everyday case: a new pod joins, an old one gets SIGTERM) leaves
+// cleanly under every group protocol and on both brokers: Run returns
+// nil, the member that stays is ready again, and every message has one
+// effect. Stopped at once, a little later and later still after the
+// join, the member meets the rebalance in each of its phases: its revoke,
+// an assignment served while it leaves, the join's sync. (Closed with
+// the group mid-rebalance, librdkafka's termination could assert and
+// abort the process, librdkafka#4792: the runtime leaves the group
+// before it closes the consumer.)
+func TestAMemberStoppedWhileTheGroupAssignsLeavesCleanly(t *testing.T) {
+	t.Parallel()
+	delays := []time.Duration{0, 50 * time.Millisecond, 200 * time.Millisecond, 600 * time.Millisecond, 1500 * time.Millisecond}
+	for _, p := range groupProtocols {
+		t.Run(p.name, func(t *testing.T) {
+			onEachBroker(t, func(t *testing.T, e *env) {
+				opts := consumertest.Options{BatchSize: 4, Kafka: p.kafka}
+				leadID := e.lead()
+				stay := e.start(probeService(long...), opts)
+				ready := func(r *consumertest.Running) func() bool {
+					return func() bool { return r.Runtime.Ready(context.Background()) == nil }
+				}
+				kafkatest.Eventually(t, 60*time.Second, ready(stay), "the first member to be ready")
+				produced := 0
+				for round, d := range delays {
+					for i := 0; i < 12; i++ {
+						_, v := envelope(leadID, "")
+						e.produce(int32(i%3), v)
+						produced++
+					}
+					leaving := e.start(probeService(long...), opts)
+					time.Sleep(d)
+					stopped := make(chan error, 1)
+					began := time.Now()
+					go func() { stopped <- leaving.Stop() }()
+					select {
+					case err := <-stopped:
+						t.Logf("round %d (stopped %v after the join): stopped in %v", round, d, time.Since(began).Round(time.Millisecond))
+						if err != nil {
+							t.Fatalf("round %d (stopped %v after the join): Run returned %v, want nil", round, d, err)
+						}
+					case <-time.After(90 * time.Second):
+						t.Fatalf("round %d (stopped %v after the join): the member did not stop", round, d)
+					}
+					kafkatest.Eventually(t, 90*time.Second, ready(stay), fmt.Sprintf("round %d: the member that stays to be ready again", round))
+				}
+				e.waitCommitted(int64(produced))
+				if got := e.events(leadID); got != produced {
+					t.Fatalf("lead_events = %d, want %d: lost or doubled effects", got, produced)
+				}
+			})
+		})
+	}
+}
