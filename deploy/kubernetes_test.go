@@ -45,9 +45,10 @@ var update = flag.Bool("update", false, "write kubernetes/base/prometheusrule.ya
 const (
 	baseDir    = "kubernetes/base"
 	overlayDir = "kubernetes/overlays/example"
-	// closeMargin is what a pod needs after CONSUMER_DRAIN_TIMEOUT: the
-	// offset commit, leaving the group (at most 5 s, while a rebalance
-	// completes), closing the Kafka client and the database.
+	// closeMargin is what a pod needs after CONSUMER_DRAIN_TIMEOUT, in
+	// the usual case rather than the worst: the offset commit, leaving the
+	// group (up to 5 s while a rebalance completes), closing the Kafka
+	// client and the database.
 	closeMargin = 15 * time.Second
 	// maxHeapShare bounds GOMEMLIMIT against the container's memory limit:
 	// librdkafka's prefetch and buffers are C memory, outside the Go heap.
