@@ -127,6 +127,15 @@ func (f *schedFixture) leaders() int {
 	return f.s.leaders
 }
 
+// wantLanes fails the test unless want lanes are taken (leaders); why
+// says when, and why that many.
+func (f *schedFixture) wantLanes(want int, why string) {
+	f.t.Helper()
+	if n := f.leaders(); n != want {
+		f.t.Fatalf("%d lanes taken, want %d: %s", n, want, why)
+	}
+}
+
 func (f *schedFixture) handOn() {
 	f.s.mu.Lock()
 	f.s.handOnLocked()
@@ -145,9 +154,7 @@ func TestAWaitingRunLeavesTheQueueWhenItsBudgetIsSpent(t *testing.T) {
 		t.Fatalf("run = %+v, want not committed, no failure of its own", got)
 	}
 	f.waitPending(0)
-	if n := f.leaders(); n != 1 {
-		t.Fatalf("%d lanes taken, want 1 (the holder's)", n)
-	}
+	f.wantLanes(1, "the holder's")
 	f.noneRan()
 }
 
@@ -183,9 +190,7 @@ func TestALaneHandedToAStoppingWorkerGoesOn(t *testing.T) {
 		t.Fatalf("a transaction of %d runs, want c's alone or b's then c's", len(ws))
 	}
 	f.waitPending(0)
-	if n := f.leaders(); n != 0 {
-		t.Fatalf("%d lanes taken after the last leader, want 0", n)
-	}
+	f.wantLanes(0, "after the last leader")
 }
 
 // A leader takes every run waiting for the lane, its own first, up to the
@@ -211,9 +216,7 @@ func TestALeaderTakesTheWaitingRunsUpToTheLimit(t *testing.T) {
 		t.Fatalf("second transaction: %d runs, want ws[3]'s", len(second))
 	}
 	f.committed(results...)
-	if n := f.leaders(); n != 0 {
-		t.Fatalf("%d lanes taken at the end, want 0", n)
-	}
+	f.wantLanes(0, "at the end")
 }
 
 // A run that must be alone (a message retried on its own, a probe) takes
@@ -242,9 +245,7 @@ func TestARunAloneSharesNoTransaction(t *testing.T) {
 			t.Fatalf("%s's run = %+v, want committed", name, got)
 		}
 	}
-	if n := f.leaders(); n != 0 {
-		t.Fatalf("%d lanes taken at the end, want 0", n)
-	}
+	f.wantLanes(0, "at the end")
 }
 
 // When the leader's drain budget is spent, its transaction is cancelled:
@@ -263,9 +264,7 @@ func TestALeaderCancelledMidTransactionBlamesNoMessage(t *testing.T) {
 			t.Fatalf("%s's run = %+v, want not committed and no failure of its own", name, got)
 		}
 	}
-	if n := f.leaders(); n != 0 {
-		t.Fatalf("%d lanes taken at the end, want 0", n)
-	}
+	f.wantLanes(0, "at the end")
 }
 
 // A handler's failure in a shared transaction is reported to its own run
@@ -298,9 +297,7 @@ func TestAStoppingWorkerDoesNotLead(t *testing.T) {
 	if got := f.s.do(w, []*item{{}}, false, txMode{}); got.committed || got.failed != nil {
 		t.Fatalf("run = %+v, want not committed, no failure of its own", got)
 	}
-	if n := f.leaders(); n != 0 {
-		t.Fatalf("%d lanes taken, want 0", n)
-	}
+	f.wantLanes(0, "a stopping worker leads nothing")
 	f.noneRan()
 }
 
@@ -395,9 +392,7 @@ func TestASecondLaneOpensForABacklogOnly(t *testing.T) {
 	b, resB := f.start(false)
 	f.waitPending(2) // 2 messages waiting: no backlog, no second lane
 	f.noneRan()
-	if n := f.leaders(); n != 1 {
-		t.Fatalf("%d lanes open with 2 messages waiting, want 1 (backlog 3)", n)
-	}
+	f.wantLanes(1, "with 2 messages waiting (backlog 3)")
 	c, resC := f.start(false) // the third message: a backlog
 	ws := f.nextRan()
 	if len(ws) != 3 || ws[0] != c || ws[1] != a || ws[2] != b {
@@ -405,9 +400,7 @@ func TestASecondLaneOpensForABacklogOnly(t *testing.T) {
 	}
 	f.committed(resA, resB, resC)
 	f.waitPending(0)
-	if n := f.leaders(); n != 1 {
-		t.Fatalf("%d lanes open after the second lane's transaction, want 1 (the busy one)", n)
-	}
+	f.wantLanes(1, "after the second lane's transaction (the busy one)")
 	if f.s.waiting != 0 {
 		t.Fatalf("%d messages counted waiting with none pending", f.s.waiting)
 	}
@@ -423,17 +416,13 @@ func TestALaneClosesWhenWhatWaitsIsNoBacklog(t *testing.T) {
 	f.waitPending(1)
 	f.handOn() // one lane ends: 1 message waits, no backlog
 	f.noneRan()
-	if n := f.leaders(); n != 1 {
-		t.Fatalf("%d lanes open, want 1: the ended lane closes for 1 message waiting", n)
-	}
+	f.wantLanes(1, "the ended lane closes for 1 message waiting")
 	f.waitPending(1)
 	f.handOn() // the last lane ends: it goes to a
 	f.ranAlone(a)
 	f.committed(resA)
 	f.waitPending(0)
-	if n := f.leaders(); n != 0 {
-		t.Fatalf("%d lanes open at the end, want 0", n)
-	}
+	f.wantLanes(0, "at the end")
 
 	// With a backlog waiting, the ending lane goes on to it.
 	f.s.leaders = 2
@@ -449,9 +438,7 @@ func TestALaneClosesWhenWhatWaitsIsNoBacklog(t *testing.T) {
 	}
 	f.committed(results...)
 	f.waitPending(0)
-	if n := f.leaders(); n != 1 {
-		t.Fatalf("%d lanes open after the handed-on transaction, want 1 (the other, still busy)", n)
-	}
+	f.wantLanes(1, "after the handed-on transaction (the other, still busy)")
 }
 
 // A batch cut at the transaction's byte budget is a backlog too: the
@@ -484,9 +471,7 @@ func TestAWaitingRunOpensAFreeLaneAfterItsStall(t *testing.T) {
 	f.ranAlone(a)
 	f.committed(resA)
 	f.waitPending(0)
-	if n := f.leaders(); n != 1 {
-		t.Fatalf("%d lanes open, want 1 (the held one)", n)
-	}
+	f.wantLanes(1, "the held one")
 
 	// With every lane busy the stall opens nothing; the first lane to end
 	// then goes to the run that has waited its stall, backlog or not.
@@ -499,7 +484,5 @@ func TestAWaitingRunOpensAFreeLaneAfterItsStall(t *testing.T) {
 	f.ranAlone(b)
 	f.committed(resB)
 	f.waitPending(0)
-	if n := f.leaders(); n != 1 {
-		t.Fatalf("%d lanes open after b's transaction, want 1 (the other, still busy)", n)
-	}
+	f.wantLanes(1, "after b's transaction (the other, still busy)")
 }
