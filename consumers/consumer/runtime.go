@@ -487,7 +487,7 @@ func (r *Runtime) leave(budget time.Duration) {
 		if r.lastRebalance.After(since) {
 			since = r.lastRebalance
 		}
-		if r.awaitingAssign && !r.consumerProtocol || time.Since(since) < leaveQuiet {
+		if (r.awaitingAssign && !r.consumerProtocol) || time.Since(since) < leaveQuiet {
 			continue
 		}
 		if ps, err := c.Assignment(); err == nil && len(ps) == 0 {

@@ -111,9 +111,16 @@ func (s *scheduler) dequeueLocked(req *request) bool {
 		return false
 	}
 	s.pending = slices.Delete(s.pending, i, i+1)
+	s.unwaitLocked(req)
+	return true
+}
+
+// unwaitLocked takes req's messages and bytes out of what waits, as req
+// leaves pending (dequeued, promoted, or taken by a leader). s.mu is
+// held.
+func (s *scheduler) unwaitLocked(req *request) {
 	s.waiting -= len(req.items)
 	s.waitingBytes -= req.bytes
-	return true
 }
 
 // do has w's run committed, alone or in a transaction it may share with
@@ -219,8 +226,7 @@ func (s *scheduler) run(own *request) (res txResult) {
 				group = append(group, q)
 				n += len(q.items)
 				b += q.bytes
-				s.waiting -= len(q.items)
-				s.waitingBytes -= q.bytes
+				s.unwaitLocked(q)
 			} else {
 				rest = append(rest, q)
 			}
@@ -307,7 +313,6 @@ func (s *scheduler) handOnLocked() {
 	next := s.pending[0]
 	s.pending[0] = nil
 	s.pending = s.pending[1:]
-	s.waiting -= len(next.items)
-	s.waitingBytes -= next.bytes
+	s.unwaitLocked(next)
 	next.lead <- struct{}{}
 }
