@@ -271,6 +271,39 @@ func (e *env) start(build func(prometheus.Registerer) consumer.Service, o consum
 	return consumertest.Start(e.t, e.cluster.Bootstrap, e.url, build, o)
 }
 
+// newMemberJoins returns a wait for the probe group's next new member's
+// join to reach the coordinator (a JoinGroup without a member id, or
+// KIP-848's heartbeat at epoch 0): on kfake, which can see it; elsewhere
+// the wait returns at once.
+func (e *env) newMemberJoins() (wait func()) {
+	e.t.Helper()
+	fc := e.cluster.Kfake()
+	if fc == nil {
+		return func() {}
+	}
+	h := fc.Fault(kfake.Fault{
+		Keys: []kmsg.Key{kmsg.JoinGroup, kmsg.ConsumerGroupHeartbeat}, Group: probeGroup, Observe: true, Count: -1,
+		When: func(req kmsg.Request) bool {
+			switch r := req.(type) {
+			case *kmsg.JoinGroupRequest:
+				return r.MemberID == ""
+			case *kmsg.ConsumerGroupHeartbeatRequest:
+				return r.MemberEpoch == 0
+			}
+			return false
+		},
+	})
+	return func() {
+		e.t.Helper()
+		defer h.Remove()
+		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+		defer cancel()
+		if err := h.Wait(ctx, 1); err != nil {
+			e.t.Fatalf("the new member's JoinGroup did not reach the coordinator: %v", err)
+		}
+	}
+}
+
 func (e *env) lead() uuid.UUID {
 	e.t.Helper()
 	id := uuid.New()

@@ -17,7 +17,10 @@ import (
 // nil, the member that stays is ready again, and every message has one
 // effect. Stopped at once, a little later and later still after the
 // join, the member meets the rebalance in each of its phases: its revoke,
-// an assignment served while it leaves, the join's sync. (Closed with
+// an assignment served while it leaves, the join's sync, a SyncGroup
+// refused by the next rebalance. On kfake the delay counts from the
+// member's first JoinGroup at the coordinator, so that every round stops
+// a member the group counts in. (Closed with
 // the group mid-rebalance, librdkafka's termination could assert and
 // abort the process, librdkafka#4792, and on kfake the other member's
 // join waited for minutes: the runtime leaves the group before it closes
@@ -49,7 +52,9 @@ func TestAMemberStoppedWhileTheGroupAssignsLeavesCleanly(t *testing.T) {
 					var fellBack atomic.Bool
 					lopts := opts
 					lopts.Logger = watchedLogger("could not leave its group", &fellBack)
+					joined := e.newMemberJoins()
 					leaving := e.start(probeService(long...), lopts)
+					joined()
 					time.Sleep(d)
 					stopped := make(chan error, 1)
 					began := time.Now()

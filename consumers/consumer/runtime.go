@@ -452,25 +452,29 @@ const (
 // goroutine: Unsubscribe, then Poll, which serves the rebalance that
 // follows through r.rebalance (the revoke commits what was stored and
 // gives the partitions back), until librdkafka holds no assignment and
-// owes none, or until budget. librdkafka postpones an unsubscribe until a
-// rebalance in flight completes, so a member stopped mid-rebalance (a
-// rolling restart's everyday case) first gets the assignment the join
-// was for: it takes none of it (no worker starts), and the revoke gives
-// it back. Closed with that rebalance still in flight, the member
-// neither left in time (the coordinator held the group's join for the
-// others until the rebalance timeout, minutes: kfake showed it) nor
-// always survived: librdkafka's termination can assert on an assignment
-// still in progress and abort the process (librdkafka#4792, seen once in
-// CI). Close then finds a member in no group. A message Poll returns
-// meanwhile was fetched before the revoke and is dropped unprocessed:
-// its offset is not stored, and the partition's next owner reads it.
+// the member is out of its group, or until budget. librdkafka postpones
+// an unsubscribe until a rebalance in flight completes, so a member
+// stopped mid-rebalance (a rolling restart's everyday case) first gets
+// the assignment the join was for: it takes none of it (no worker
+// starts), and the revoke gives it back. Closed with that rebalance still
+// in flight, the member neither left in time (the coordinator held the
+// group's join for the others until the rebalance timeout, minutes:
+// kfake showed it) nor always survived: librdkafka's termination can
+// assert on an assignment still in progress and abort the process
+// (librdkafka#4792, seen once in CI). Close then finds a member in no
+// group. A message Poll returns meanwhile was fetched before the revoke
+// and is dropped unprocessed: its offset is not stored, and the
+// partition's next owner reads it.
 //
-// Not covered: a member that holds no partition while a cooperative
-// rebalance it takes no part in runs (another member joined). librdkafka
-// rejoins without a callback, and an unsubscribe with nothing assigned
-// calls none either, so nothing tells the join apart from its end: such
-// a member closes after leaveQuiet, as it did before leave. With the
-// default of two replicas over six partitions no member is idle.
+// Out of the group, under the classic protocol: librdkafka holds no
+// member id (groupMember). The callbacks alone cannot tell: a join in
+// flight can end without one (its SyncGroup refused by a newer
+// rebalance, the postponed unsubscribe then leaves with nothing
+// assigned; seen in CI), and a member with nothing assigned rejoins a
+// cooperative rebalance without one. Under KIP-848 the member is out once
+// nothing is assigned and no callback has come for leaveQuiet. Should the
+// member id be unreadable, an assignment the classic protocol still owes
+// (awaitingAssign) stands in, as before.
 func (r *Runtime) leave(budget time.Duration) {
 	c := r.consumer
 	r.leaving = true
@@ -487,15 +491,31 @@ func (r *Runtime) leave(budget time.Duration) {
 		if r.lastRebalance.After(since) {
 			since = r.lastRebalance
 		}
-		if (r.awaitingAssign && !r.consumerProtocol) || time.Since(since) < leaveQuiet {
-			continue
-		}
-		if ps, err := c.Assignment(); err == nil && len(ps) == 0 {
+		if time.Since(since) >= leaveQuiet && r.left() {
 			r.log.Debug().Msg("left the group")
 			return
 		}
 	}
-	r.log.Warn().Dur("budget", budget).Msg("the member could not leave its group within the budget (a rebalance still in flight): closing the consumer anyway")
+	ps, _ := c.Assignment()
+	member, known := groupMember(c)
+	r.log.Warn().Dur("budget", budget).Str("assigned", fmtParts(ps)).Bool("group_member", member || !known).
+		Bool("awaiting_assignment", r.awaitingAssign).
+		Msg("the member could not leave its group within the budget (a rebalance still in flight): closing the consumer anyway")
+}
+
+// left reports, while leaving, that librdkafka holds no partition and the
+// member is out of its group (leave).
+func (r *Runtime) left() bool {
+	if ps, err := r.consumer.Assignment(); err != nil || len(ps) > 0 {
+		return false
+	}
+	if r.consumerProtocol {
+		return true
+	}
+	if member, known := groupMember(r.consumer); known {
+		return !member
+	}
+	return !r.awaitingAssign
 }
 
 // isFatal reports a fatal Kafka error (pollLoop's): the client can no
