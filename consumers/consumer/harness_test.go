@@ -272,21 +272,30 @@ func (e *env) start(build func(prometheus.Registerer) consumer.Service, o consum
 }
 
 // newMemberJoins returns a wait for the probe group's next new member's
-// join to reach the coordinator (a JoinGroup without a member id, or
-// KIP-848's heartbeat at epoch 0): on kfake, which can see it; elsewhere
-// the wait returns at once.
+// join to reach the coordinator as one the group counts in: the classic
+// protocol's second JoinGroup, the first with the member id the first
+// one's answer gave (KIP-394: till then the member is only pending), or
+// KIP-848's heartbeat at epoch 0. On kfake, which can see it; elsewhere
+// the wait returns at once. (The member that stays rejoins only after
+// the new member's join began a rebalance, so the first JoinGroup with
+// an id after one without is the new member's.)
 func (e *env) newMemberJoins() (wait func()) {
 	e.t.Helper()
 	fc := e.cluster.Kfake()
 	if fc == nil {
 		return func() {}
 	}
+	var pending atomic.Bool // a JoinGroup without a member id came
 	h := fc.Fault(kfake.Fault{
 		Keys: []kmsg.Key{kmsg.JoinGroup, kmsg.ConsumerGroupHeartbeat}, Group: probeGroup, Observe: true, Count: -1,
 		When: func(req kmsg.Request) bool {
 			switch r := req.(type) {
 			case *kmsg.JoinGroupRequest:
-				return r.MemberID == ""
+				if r.MemberID == "" {
+					pending.Store(true)
+					return false
+				}
+				return pending.Load()
 			case *kmsg.ConsumerGroupHeartbeatRequest:
 				return r.MemberEpoch == 0
 			}

@@ -7,6 +7,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/confluentinc/confluent-kafka-go/v2/kafka"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
 	"github.com/pin-platform/pin/consumers/consumer/consumertest"
 	"github.com/pin-platform/pin/consumers/kafkatest"
 )
@@ -78,6 +82,38 @@ func TestAMemberStoppedWhileTheGroupAssignsLeavesCleanly(t *testing.T) {
 					t.Fatalf("lead_events = %d, want %d: lost or doubled effects", got, produced)
 				}
 			})
+		})
+	}
+}
+
+// A static member (group.instance.id, KIP-345) does not leave its group
+// at shutdown: the group keeps its partitions for it across a restart,
+// and an unsubscribe would send the LeaveGroup that gives them away. A
+// dynamic member, stopped the same way, does leave: the check sees
+// LeaveGroup requests at all.
+func TestAStaticMemberKeepsItsMembershipAcrossAStop(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		name       string
+		kafka      kafka.ConfigMap
+		wantLeaves bool
+	}{
+		{"static", kafka.ConfigMap{"group.instance.id": "probe-0"}, false},
+		{"dynamic", kafka.ConfigMap{}, true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			e := kfakeEnv(t)
+			leaves := e.cluster.Kfake().Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.LeaveGroup}, Group: probeGroup, Observe: true, Count: -1})
+			defer leaves.Remove()
+			r := e.start(probeService(long...), consumertest.Options{BatchSize: 4, Kafka: c.kafka})
+			kafkatest.Eventually(t, 60*time.Second, func() bool { return r.Runtime.Ready(context.Background()) == nil }, "the member to be ready")
+			if err := r.Stop(); err != nil {
+				t.Fatalf("Run returned %v, want nil", err)
+			}
+			if got := leaves.Hits() > 0; got != c.wantLeaves {
+				t.Fatalf("LeaveGroup sent: %v, want %v", got, c.wantLeaves)
+			}
 		})
 	}
 }

@@ -14,11 +14,14 @@ import (
 var cgmdMagic = []byte("CGMDv2:")
 
 // groupMember reports whether librdkafka holds a member id for the
-// group: whether the group coordinator counts this member in. Under the
-// classic protocol the id comes with the answer to the member's first
-// JoinGroup and is cleared when the member leaves (its unsubscribe done,
-// an assignment it held given back), times out or is fenced. known is
-// false when it cannot tell.
+// group. Under the classic protocol the id comes with the answer to the
+// member's first JoinGroup and is cleared when librdkafka sends its
+// LeaveGroup (its unsubscribe done, an assignment it held given back),
+// or when the member times out or is fenced: without one, the member has
+// left or never joined, as far as librdkafka can tell (see leave for
+// what the coordinator may still hold). Under KIP-848 the id is the
+// client's own from the start: it says nothing there. known is false
+// when it cannot tell.
 //
 // librdkafka exports the id only inside the consumer group metadata it
 // serializes for a transactional producer; confluent-kafka-go keeps those
