@@ -76,3 +76,23 @@ func TestGroupMemberFollowsTheClassicJoinAndLeave(t *testing.T) {
 		})
 	}
 }
+
+// A group.instance.id makes a static member, a blank one not, whatever
+// its type (KAFKA_GROUP_INSTANCE_ID arrives as a string; a ConfigMap
+// built in code may hold a number).
+func TestStaticMemberReadsAnyInstanceID(t *testing.T) {
+	for _, c := range []struct {
+		cm   kafka.ConfigMap
+		want bool
+	}{
+		{kafka.ConfigMap{}, false},
+		{kafka.ConfigMap{"group.instance.id": ""}, false},
+		{kafka.ConfigMap{"group.instance.id": " "}, false},
+		{kafka.ConfigMap{"group.instance.id": "rewards-consumers-0"}, true},
+		{kafka.ConfigMap{"group.instance.id": 3}, true},
+	} {
+		if got := staticMember(c.cm); got != c.want {
+			t.Errorf("staticMember(%v) = %v, want %v", c.cm, got, c.want)
+		}
+	}
+}

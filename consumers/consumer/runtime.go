@@ -602,9 +602,10 @@ func cooperativeConfig(cm kafka.ConfigMap) bool {
 // LeaveGroup unless the client is terminating), so a static member skips
 // leave and closes as it did before leave: mid-rebalance that risks
 // librdkafka#4792, the price of keeping the membership.
+// The id may come typed, from a ConfigMap built in code.
 func staticMember(cm kafka.ConfigMap) bool {
-	id, _ := cm["group.instance.id"].(string)
-	return strings.TrimSpace(id) != ""
+	id, ok := cm["group.instance.id"]
+	return ok && id != nil && strings.TrimSpace(fmt.Sprint(id)) != ""
 }
 
 // consumerProtocol reports group.protocol=consumer (KIP-848).
