@@ -58,15 +58,7 @@ func TestEveryGroupProtocolMakesEveryMemberReady(t *testing.T) {
 			for i := 0; i < 4; i++ { // the probe topic has 3 partitions
 				members = append(members, e.start(probeService(long...), opts))
 			}
-			ready := func() bool {
-				for _, m := range members {
-					if m.Runtime.Ready(context.Background()) != nil {
-						return false
-					}
-				}
-				return true
-			}
-			kafkatest.Eventually(t, 60*time.Second, ready, "every member to be ready")
+			kafkatest.Eventually(t, 60*time.Second, allReady(members...), "every member to be ready")
 			leadID := e.lead()
 			for i := 0; i < 30; i++ {
 				_, v := envelope(leadID, "")
@@ -84,14 +76,7 @@ func TestEveryGroupProtocolMakesEveryMemberReady(t *testing.T) {
 				if err := members[i].Stop(); err != nil {
 					t.Fatal(err)
 				}
-				kafkatest.Eventually(t, 60*time.Second, func() bool {
-					for _, m := range members[:i] {
-						if m.Runtime.Ready(context.Background()) != nil {
-							return false
-						}
-					}
-					return true
-				}, "the others to be ready again")
+				kafkatest.Eventually(t, 60*time.Second, allReady(members[:i]...), "the others to be ready again")
 			}
 		})
 	}
@@ -106,8 +91,7 @@ func TestAMemberThatLostItsAssignmentIsNotReadyUntilItRejoins(t *testing.T) {
 	e := kfakeEnv(t)
 	fc := e.cluster.Kfake()
 	r := e.start(probeService(long...), consumertest.Options{})
-	ready := func() bool { return r.Runtime.Ready(context.Background()) == nil }
-	kafkatest.Eventually(t, 30*time.Second, ready, "the member to be ready")
+	kafkatest.Eventually(t, 30*time.Second, ready(r), "the member to be ready")
 
 	// While the coordinator refuses the member's rejoin, it has no
 	// partition and is no member.
@@ -119,7 +103,7 @@ func TestAMemberThatLostItsAssignmentIsNotReadyUntilItRejoins(t *testing.T) {
 	}
 	forgot.Remove()
 	rejoins.Remove()
-	kafkatest.Eventually(t, 30*time.Second, ready, "the member to be ready again once it rejoined")
+	kafkatest.Eventually(t, 30*time.Second, ready(r), "the member to be ready again once it rejoined")
 	leadID := e.lead()
 	e.produceN(leadID, 10)
 	e.waitCommitted(10)

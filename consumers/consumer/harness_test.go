@@ -305,11 +305,22 @@ func (e *env) newMemberJoins() (wait func()) {
 	return func() {
 		e.t.Helper()
 		defer h.Remove()
-		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-		defer cancel()
-		if err := h.Wait(ctx, 1); err != nil {
-			e.t.Fatalf("the new member's JoinGroup did not reach the coordinator: %v", err)
+		waitHits(e.t, h, 1)
+	}
+}
+
+// ready reports whether r's runtime is ready (/readyz), for Eventually.
+func ready(r *consumertest.Running) func() bool { return allReady(r) }
+
+// allReady reports whether every one of rs is ready, for Eventually.
+func allReady(rs ...*consumertest.Running) func() bool {
+	return func() bool {
+		for _, r := range rs {
+			if r.Runtime.Ready(context.Background()) != nil {
+				return false
+			}
 		}
+		return true
 	}
 }
 

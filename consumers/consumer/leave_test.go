@@ -1,7 +1,6 @@
 package consumer_test
 
 import (
-	"context"
 	"fmt"
 	"sync/atomic"
 	"testing"
@@ -42,9 +41,6 @@ func TestAMemberStoppedWhileTheGroupAssignsLeavesCleanly(t *testing.T) {
 				opts := consumertest.Options{BatchSize: 4, Kafka: p.kafka}
 				leadID := e.lead()
 				stay := e.start(probeService(long...), opts)
-				ready := func(r *consumertest.Running) func() bool {
-					return func() bool { return r.Runtime.Ready(context.Background()) == nil }
-				}
 				kafkatest.Eventually(t, 60*time.Second, ready(stay), "the first member to be ready")
 				produced := 0
 				for round, d := range delays {
@@ -107,7 +103,7 @@ func TestAStaticMemberKeepsItsMembershipAcrossAStop(t *testing.T) {
 			leaves := e.cluster.Kfake().Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.LeaveGroup}, Group: probeGroup, Observe: true, Count: -1})
 			defer leaves.Remove()
 			r := e.start(probeService(long...), consumertest.Options{BatchSize: 4, Kafka: c.kafka})
-			kafkatest.Eventually(t, 60*time.Second, func() bool { return r.Runtime.Ready(context.Background()) == nil }, "the member to be ready")
+			kafkatest.Eventually(t, 60*time.Second, ready(r), "the member to be ready")
 			if err := r.Stop(); err != nil {
 				t.Fatalf("Run returned %v, want nil", err)
 			}

@@ -30,11 +30,11 @@ func TestGroupMemberFollowsTheClassicJoinAndLeave(t *testing.T) {
 				t.Parallel()
 				const topic = "test.membership.v1"
 				cluster := b.New(t, map[string]int{topic: 2})
-				c, err := kafka.NewConsumer(&kafka.ConfigMap{
-					"bootstrap.servers": cluster.Bootstrap, "group.id": "test-membership",
-					"partition.assignment.strategy": strategy, "enable.auto.commit": false,
-					"session.timeout.ms": 6000, "heartbeat.interval.ms": 500,
+				cm := cluster.Config(kafka.ConfigMap{
+					"group.id": "test-membership", "partition.assignment.strategy": strategy,
+					"enable.auto.commit": false, "session.timeout.ms": 6000, "heartbeat.interval.ms": 500,
 				})
+				c, err := kafka.NewConsumer(&cm)
 				if err != nil {
 					t.Fatal(err)
 				}
