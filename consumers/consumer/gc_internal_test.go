@@ -9,7 +9,7 @@ import (
 	"time"
 )
 
-func TestGCDefaultsApplyOnlyWhenNeitherKnobIsSet(t *testing.T) {
+func TestGCDefaultsApplyUnlessGOGCIsSet(t *testing.T) {
 	for _, tc := range []struct {
 		environ []string
 		want    bool
@@ -17,8 +17,9 @@ func TestGCDefaultsApplyOnlyWhenNeitherKnobIsSet(t *testing.T) {
 		{nil, true},
 		{[]string{"KAFKA_BROKERS=x", "GOGCX=1"}, true},
 		{[]string{"GOGC=100"}, false},
-		{[]string{"GOGC="}, false}, // set, if empty: the operator's
-		{[]string{"GOMEMLIMIT=96MiB"}, false},
+		{[]string{"GOGC="}, false},           // set, if empty: the operator's
+		{[]string{"GOMEMLIMIT=96MiB"}, true}, // a ceiling, not Go's GOGC=100 (the manifests)
+		{[]string{"GOMEMLIMIT=96MiB", "GOGC=200"}, false},
 	} {
 		if got := gcPolicy(tc.environ); got != tc.want {
 			t.Errorf("gcPolicy(%q) = %v, want %v", tc.environ, got, tc.want)
@@ -26,18 +27,24 @@ func TestGCDefaultsApplyOnlyWhenNeitherKnobIsSet(t *testing.T) {
 	}
 }
 
-func TestGCLimitIsTheFloorThenFollowsTheLiveHeap(t *testing.T) {
+func TestGCLimitIsTheFloorThenFollowsTheLiveHeapUpToTheCeiling(t *testing.T) {
+	const none = math.MaxInt64
 	for _, tc := range []struct {
-		live uint64
-		want int64
+		live    uint64
+		ceiling int64
+		want    int64
 	}{
-		{0, GCHeapFloor},
-		{GCHeapFloor / 2, GCHeapFloor},
-		{40 << 20, 40<<20 + GCHeapFloor/2}, // a heap past the floor: never a limit it outgrew
-		{math.MaxUint64, math.MaxInt64},
+		{0, none, GCHeapFloor},
+		{GCHeapFloor / 2, none, GCHeapFloor},
+		{40 << 20, none, 40<<20 + GCHeapFloor/2}, // a heap past the floor: never a limit it outgrew
+		{math.MaxUint64, none, math.MaxInt64},
+		{0, 96 << 20, GCHeapFloor},           // GOMEMLIMIT=96MiB: below it, the floor
+		{90 << 20, 96 << 20, 96 << 20},       // past it, the operator's limit
+		{0, 16 << 20, 16 << 20},              // a ceiling under the floor wins
+		{math.MaxUint64, 96 << 20, 96 << 20}, // however large the heap
 	} {
-		if got := gcLimit(tc.live); got != tc.want {
-			t.Errorf("gcLimit(%d) = %d, want %d", tc.live, got, tc.want)
+		if got := gcLimit(tc.live, tc.ceiling); got != tc.want {
+			t.Errorf("gcLimit(%d, %d) = %d, want %d", tc.live, tc.ceiling, got, tc.want)
 		}
 	}
 }
@@ -86,6 +93,53 @@ func TestTuneGCSetsAndRestoresTheKnobs(t *testing.T) {
 
 	cancel()
 	for gogc() != 100 || debug.SetMemoryLimit(-1) != math.MaxInt64 {
+		if time.Now().After(deadline) {
+			t.Fatalf("knobs not restored: GOGC %d, limit %d", gogc(), debug.SetMemoryLimit(-1))
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// An operator's GOMEMLIMIT (here set on the runtime, as Go does from the
+// environment at start) keeps the defaults on under it: GOGC=400 and a
+// limit that follows the live heap but never passes the operator's, which
+// is what the process has again after.
+func TestTuneGCKeepsTheOperatorsMemoryLimitAsItsCeiling(t *testing.T) {
+	const ceiling = 40 << 20
+	before, beforeLimit := debug.SetGCPercent(100), debug.SetMemoryLimit(ceiling)
+	defer debug.SetGCPercent(before)
+	defer debug.SetMemoryLimit(beforeLimit)
+
+	ctx, cancel := context.WithCancel(context.Background())
+	if !tuneGC(ctx, []string{"GOMEMLIMIT=40MiB"}) {
+		t.Fatal("tuneGC did not apply its defaults under the operator's GOMEMLIMIT")
+	}
+	if got := gogc(); got != gcPercent {
+		t.Errorf("GOGC = %d, want %d", got, gcPercent)
+	}
+	if got := debug.SetMemoryLimit(-1); got > ceiling {
+		t.Errorf("memory limit = %d, above the operator's %d", got, ceiling)
+	}
+	if got := gcTuner.ceiling(); got != ceiling {
+		t.Errorf("ceiling = %d, want %d", got, ceiling)
+	}
+	// A heap past the floor: the limit follows it up to the ceiling only.
+	hold := make([][]byte, 0, 64)
+	for range 32 {
+		hold = append(hold, make([]byte, 1<<20))
+	}
+	runtime.GC()
+	deadline := time.Now().Add(5 * time.Second)
+	for debug.SetMemoryLimit(-1) != ceiling {
+		if time.Now().After(deadline) {
+			t.Fatalf("limit %d with a live heap of 32 MiB, want the ceiling %d", debug.SetMemoryLimit(-1), ceiling)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	runtime.KeepAlive(hold)
+
+	cancel()
+	for gogc() != 100 || debug.SetMemoryLimit(-1) != ceiling {
 		if time.Now().After(deadline) {
 			t.Fatalf("knobs not restored: GOGC %d, limit %d", gogc(), debug.SetMemoryLimit(-1))
 		}

@@ -67,7 +67,7 @@ func Main(ctx context.Context, environ []string, stderr io.Writer, defaultHTTP s
 		log.Warn().Msg(w)
 	}
 	if tuneGC(ctx, environ) {
-		log.Debug().Int("GOGC", gcPercent).Int64("heap_floor_bytes", GCHeapFloor).Msg("gc defaults: neither GOGC nor GOMEMLIMIT is set")
+		log.Debug().Int("GOGC", gcPercent).Int64("heap_floor_bytes", GCHeapFloor).Int64("memory_limit_ceiling_bytes", gcTuner.ceiling()).Msg("gc defaults: GOGC is not set")
 	}
 
 	reg := prometheus.NewRegistry()
