@@ -45,19 +45,15 @@ var update = flag.Bool("update", false, "write kubernetes/base/prometheusrule.ya
 const (
 	baseDir    = "kubernetes/base"
 	overlayDir = "kubernetes/overlays/example"
-	// closeMargin is what a pod needs after CONSUMER_DRAIN_TIMEOUT, in
-	// the usual case rather than the worst: the offset commit, leaving the
-	// group (up to 5 s while a rebalance completes), closing the Kafka
-	// client and the database.
-	closeMargin = 15 * time.Second
 	// maxHeapShare bounds GOMEMLIMIT against the container's memory limit:
 	// librdkafka's prefetch and buffers are C memory, outside the Go heap.
 	maxHeapShare = 0.8
 )
 
 // allowedEgress is every port the NetworkPolicy may open: DNS, Kafka
-// (plaintext, TLS), PostgreSQL.
-var allowedEgress = []string{"UDP/53", "TCP/53", "TCP/9092", "TCP/9093", "TCP/5432"}
+// (plaintext, TLS; TLS and SASL on managed brokers), PostgreSQL, PgBouncer,
+// OTLP/HTTP.
+var allowedEgress = []string{"UDP/53", "TCP/53", "TCP/9092", "TCP/9093", "TCP/9094", "TCP/9096", "TCP/5432", "TCP/6432", "TCP/4318"}
 
 // goRuntimeEnv are the Go runtime's own variables a Deployment may set
 // (docs/operations.md, GOGC and GOMEMLIMIT).
@@ -214,6 +210,12 @@ func TestKubernetesChecksCatchBrokenManifests(t *testing.T) {
 			container(`env/2", "value": {"name": "HTTP_ADDR", "value": ":8080"}`), "on port 9090, HTTP_ADDR is 8080"},
 		{"a grace period below the drain timeout", "Deployment", "rewards-consumers",
 			`[{"op": "replace", "path": "/spec/template/spec/terminationGracePeriodSeconds", "value": 5}]`, "terminationGracePeriodSeconds 5s"},
+		{"Kubernetes' default grace period", "Deployment", "messenger-consumers",
+			`[{"op": "replace", "path": "/spec/template/spec/terminationGracePeriodSeconds", "value": 30}]`, "a stop may take 47s"},
+		{"a readiness probe that gives up before /readyz", "Deployment", "crm-consumers",
+			container(`readinessProbe/timeoutSeconds", "value": 1`), "readiness probe timeoutSeconds 1"},
+		{"a disruption budget that blocks drains while unready", "PodDisruptionBudget", "rewards-consumers",
+			`[{"op": "remove", "path": "/spec/unhealthyPodEvictionPolicy"}]`, "unhealthyPodEvictionPolicy is not AlwaysAllow"},
 		{"a drain timeout raised past the grace period", "Deployment", "crm-consumers",
 			container(`env/3", "value": {"name": "CONSUMER_DRAIN_TIMEOUT", "value": "25s"}`), "CONSUMER_DRAIN_TIMEOUT 25s"},
 		{"a variable no binary reads", "Deployment", "messenger-consumers",
@@ -374,15 +376,20 @@ func checkManifests(m manifests, w want) []string {
 				at("%s probe on port %d, HTTP_ADDR is %d", p.name, n, httpPort)
 			}
 		}
+		// /readyz waits up to ReadyPingBudget for PostgreSQL: a probe that
+		// gives up sooner fails a pod the consumer calls ready.
+		if p := c.ReadinessProbe; p != nil && time.Duration(max(p.TimeoutSeconds, 1))*time.Second <= consumer.ReadyPingBudget {
+			at("readiness probe timeoutSeconds %d, /readyz may take %s to answer", max(p.TimeoutSeconds, 1), consumer.ReadyPingBudget)
+		}
 
-		// Shutdown: the drain, then the commit and the close.
+		// Shutdown: every step of a stop at its bound.
 		grace := 30 * time.Second // Kubernetes' default
 		if g := spec.TerminationGracePeriodSeconds; g != nil {
 			grace = time.Duration(*g) * time.Second
 		}
-		if grace < cfg.DrainTimeout+closeMargin {
-			at("terminationGracePeriodSeconds %s, CONSUMER_DRAIN_TIMEOUT %s: want at least %s more, or the pod is killed mid-drain",
-				grace, cfg.DrainTimeout, closeMargin)
+		if bound := consumer.ShutdownBound(cfg.DrainTimeout); grace < bound {
+			at("terminationGracePeriodSeconds %s, CONSUMER_DRAIN_TIMEOUT %s: a stop may take %s, or the pod is killed mid-stop",
+				grace, cfg.DrainTimeout, bound)
 		}
 
 		// Memory: GOMEMLIMIT under the limit.
@@ -397,8 +404,14 @@ func checkManifests(m manifests, w want) []string {
 
 		// Disruptions and scraping.
 		podLabels := labels.Set(d.Spec.Template.Labels)
-		if !slices.ContainsFunc(m.pdbs, func(p *policyv1.PodDisruptionBudget) bool { return selects(p.Spec.Selector, podLabels) }) {
+		pdb := slices.IndexFunc(m.pdbs, func(p *policyv1.PodDisruptionBudget) bool { return selects(p.Spec.Selector, podLabels) })
+		switch {
+		case pdb < 0:
 			at("no PodDisruptionBudget selects its pods")
+		case m.pdbs[pdb].Spec.UnhealthyPodEvictionPolicy == nil || *m.pdbs[pdb].Spec.UnhealthyPodEvictionPolicy != policyv1.AlwaysAllow:
+			// Every pod is unready while PostgreSQL is down: the default
+			// policy would refuse every eviction, and a node drain waits.
+			at("PodDisruptionBudget %s: unhealthyPodEvictionPolicy is not AlwaysAllow", m.pdbs[pdb].Name)
 		}
 		scraped := false
 		for _, pm := range m.podMonitors {

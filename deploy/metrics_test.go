@@ -316,8 +316,10 @@ func knownValues() map[string][]string {
 	return map[string][]string{"service": svcs, "code": codes, "class": classes}
 }
 
-// scrapeLabels are added by Prometheus to every series it scrapes.
-var scrapeLabels = map[string]bool{"job": true, "instance": true}
+// scrapeLabels are added by Prometheus to every series it scrapes (job,
+// instance), and in Kubernetes by the Prometheus Operator's PodMonitor or
+// the pod service discovery's usual relabelling (namespace).
+var scrapeLabels = map[string]bool{"job": true, "instance": true, "namespace": true}
 
 // checkExpr reports every metric or label expr names that the code does not
 // export, and every equality matcher on a known label whose value the code

@@ -413,7 +413,7 @@ func (d *dlqProducer) unknownPartition(err error) error {
 func (d *dlqProducer) close() {
 	d.mu.Lock() // waits for the producer's users
 	defer d.mu.Unlock()
-	d.p.Flush(5000)
+	d.p.Flush(int(dlqFlushBudget.Milliseconds()))
 	d.p.Close()
 	<-d.done
 }

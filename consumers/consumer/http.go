@@ -38,6 +38,9 @@ func (r *Runtime) httpHandler() http.Handler {
 	return mux
 }
 
+// ReadyPingBudget is how long Ready waits for PostgreSQL to answer.
+const ReadyPingBudget = 2 * time.Second
+
 // Ready reports why the consumer is not ready, or nil.
 func (r *Runtime) Ready(ctx context.Context) error {
 	if g := r.gate.Load(); g != nil {
@@ -49,7 +52,7 @@ func (r *Runtime) Ready(ctx context.Context) error {
 	if !r.joined.Load() {
 		return fmt.Errorf("not yet a member of group %s", r.svc.Group)
 	}
-	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	ctx, cancel := context.WithTimeout(ctx, ReadyPingBudget)
 	defer cancel()
 	if err := r.db.PingContext(ctx); err != nil {
 		return fmt.Errorf("postgresql: %w", err)

@@ -153,7 +153,7 @@ func setupTracing(ctx context.Context, environ []string, service string) (trace.
 	tp := sdktrace.NewTracerProvider(opts...)
 	otel.SetTracerProvider(tp)
 	return tp, func() {
-		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		sctx, cancel := context.WithTimeout(context.Background(), traceShutdownBudget)
 		defer cancel()
 		_ = tp.Shutdown(sctx)
 	}, nil

@@ -302,7 +302,7 @@ func (r *Runtime) Run(ctx context.Context) error {
 		served := make(chan struct{})
 		go func() { defer close(served); _ = srv.Serve(ln) }()
 		defer func() {
-			sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			sctx, cancel := context.WithTimeout(context.Background(), httpShutdownBudget)
 			defer cancel()
 			_ = srv.Shutdown(sctx)
 			<-served
@@ -452,6 +452,33 @@ const (
 	leaveQuiet  = 100 * time.Millisecond
 )
 
+// A stop's other bounds, after the drain (CONSUMER_DRAIN_TIMEOUT):
+// abandonGrace for abandoned work to roll back, closeGrace past a drain
+// for the Kafka client's Close, dlqFlushBudget for dead letters still on
+// their way, httpShutdownBudget for the endpoints, traceShutdownBudget
+// for the spans not yet exported.
+const (
+	abandonGrace        = 5 * time.Second
+	closeGrace          = 5 * time.Second
+	dlqFlushBudget      = 5 * time.Second
+	httpShutdownBudget  = 2 * time.Second
+	traceShutdownBudget = 5 * time.Second
+)
+
+// ShutdownBound is the longest a consumer takes from SIGTERM to its exit
+// with the given drain timeout, every step at its bound: the drain, the
+// abandoned work's grace, leaving the group, closing the Kafka client,
+// flushing the DLQ producer, closing the endpoints and the trace
+// exporter (47 s at the default 10 s). One step has no bound of the
+// runtime's own: the synchronous offset commit, which librdkafka bounds
+// by socket.timeout.ms when the broker does not answer. A pod's
+// terminationGracePeriodSeconds below it may be killed mid-stop, which
+// loses nothing (the offsets not committed are read again and skipped by
+// their marks) but leaves the group to notice the member gone.
+func ShutdownBound(drain time.Duration) time.Duration {
+	return drain + abandonGrace + leaveBudget + drain + closeGrace + dlqFlushBudget + httpShutdownBudget + traceShutdownBudget
+}
+
 // leave takes the member out of its group before Close, here on the poll
 // goroutine: Unsubscribe, then Poll, which serves the rebalance that
 // follows through r.rebalance (the revoke commits what was stored and
@@ -544,7 +571,7 @@ func (r *Runtime) closeConsumer() {
 	go func() { _ = r.consumer.Close(); close(done) }()
 	select {
 	case <-done:
-	case <-time.After(r.cfg.DrainTimeout + 5*time.Second):
+	case <-time.After(r.cfg.DrainTimeout + closeGrace):
 		r.log.Warn().Msg("kafka consumer close timed out")
 	}
 }

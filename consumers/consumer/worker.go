@@ -242,7 +242,7 @@ func (r *Runtime) stopWorkers(ps []int32) {
 			w.abandoned.Store(true)
 			w.cancel()
 		}
-		grace := time.After(5 * time.Second)
+		grace := time.After(abandonGrace)
 		for _, w := range ws {
 			select {
 			case <-w.done:
