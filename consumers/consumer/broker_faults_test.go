@@ -443,7 +443,7 @@ func TestADLQRefusingDeadLettersHoldsThePartition(t *testing.T) {
 	e.produce(0, []byte("not an envelope")) // EVENT_ENVELOPE_INVALID: the DLQ at once
 	_, good := envelope(leadID, "")
 	e.produce(0, good)
-	r := e.start(probeService(long...), consumertest.Options{HTTP: true})
+	r := e.start(probeService(long...), consumertest.Options{HTTP: true, StuckAfter: faultStuckAfter})
 	watch := faultWatch{t: t, run: r}
 	watch.held(1, "kafka")
 	if got := e.events(leadID); got != 0 {

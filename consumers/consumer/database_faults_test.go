@@ -106,7 +106,7 @@ func TestAFailoverToAPromotedStandbyWaitsThenAppliesEverythingOnce(t *testing.T)
 		t.Fatalf("a write on the standby: %v, want 25006 (read-only)", err)
 	}
 
-	run := consumertest.Start(t, e.cluster.Bootstrap, e.url, probeService(long...), consumertest.Options{HTTP: true})
+	run := consumertest.Start(t, e.cluster.Bootstrap, e.url, probeService(long...), consumertest.Options{HTTP: true, StuckAfter: faultStuckAfter})
 	f := faultWatch{t: t, run: run}
 	// database/sql begins READ WRITE: the standby refuses the BEGIN itself
 	// with 0A000 ("cannot set transaction read-write mode during recovery").
@@ -149,7 +149,7 @@ func TestARevokedPrivilegeWaitsUntilGrantedBack(t *testing.T) {
 	})
 	u, _ := url.Parse(e.url)
 	u.User = url.User(role)
-	run := consumertest.Start(t, e.cluster.Bootstrap, u.String(), probeService(long...), consumertest.Options{HTTP: true})
+	run := consumertest.Start(t, e.cluster.Bootstrap, u.String(), probeService(long...), consumertest.Options{HTTP: true, StuckAfter: faultStuckAfter})
 	first := e.wave(1)
 	e.waitCommitted(int64(len(first)))
 
@@ -172,7 +172,7 @@ func TestARevokedPrivilegeWaitsUntilGrantedBack(t *testing.T) {
 func TestAColumnRenamedUnderARunningConsumerWaitsUntilRenamedBack(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	run := consumertest.Start(t, e.cluster.Bootstrap, e.url, probeService(long...), consumertest.Options{HTTP: true})
+	run := consumertest.Start(t, e.cluster.Bootstrap, e.url, probeService(long...), consumertest.Options{HTTP: true, StuckAfter: faultStuckAfter})
 	first := e.wave(1)
 	e.waitCommitted(int64(len(first)))
 
@@ -214,7 +214,7 @@ func TestAConsumerStartedOneMigrationBehindJoinsOnceMigrated(t *testing.T) {
 		t.Fatal(err)
 	}
 	leads := e.wave(2)
-	run := consumertest.Start(t, e.cluster.Bootstrap, e.url, probeService(long...), consumertest.Options{HTTP: true})
+	run := consumertest.Start(t, e.cluster.Bootstrap, e.url, probeService(long...), consumertest.Options{HTTP: true, StuckAfter: faultStuckAfter})
 	f := faultWatch{t: t, run: run}
 	kafkatest.Eventually(t, 30*time.Second, func() bool {
 		return run.Counter("pin_consumer_schema_behind", nil) == 1

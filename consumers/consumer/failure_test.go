@@ -78,7 +78,7 @@ func TestAFailureThatHitsEveryMessagePausesAndDeadLettersNothing(t *testing.T) {
 			e.produce(p, v)
 		}
 	}
-	run := consumertest.Start(t, e.cluster.Bootstrap, e.url, probeService(long...), consumertest.Options{HTTP: true})
+	run := consumertest.Start(t, e.cluster.Bootstrap, e.url, probeService(long...), consumertest.Options{HTTP: true, StuckAfter: faultStuckAfter})
 	f := faultWatch{t: t, run: run}
 	f.held(3, "systemic")
 	if n := e.cluster.Count(t, probeDLQ); n != 0 {
@@ -99,6 +99,77 @@ func TestAFailureThatHitsEveryMessagePausesAndDeadLettersNothing(t *testing.T) {
 	}
 }
 
+// /readyz answers 200 once the member joined and PostgreSQL answers, and
+// fails a partition only once it made no progress past
+// CONSUMER_STUCK_AFTER (the contract): a partition that waits on the world
+// for less leaves the instance ready, and one whose wait passes it fails
+// it, naming the cause.
+func TestReadyzFailsAWaitingPartitionOnlyPastItsThreshold(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	if _, err := e.db.Exec(`CREATE FUNCTION boom_ready() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN RAISE EXCEPTION 'boom'; END $$;
+		CREATE TRIGGER boom_ready BEFORE INSERT ON lead_events FOR EACH ROW EXECUTE FUNCTION boom_ready()`); err != nil {
+		t.Fatal(err)
+	}
+	l := e.lead()
+	_, v := envelope(l, "")
+	e.produce(0, v)
+	const threshold = 6 * time.Second
+	run := consumertest.Start(t, e.cluster.Bootstrap, e.url, probeService(long...), consumertest.Options{HTTP: true, StuckAfter: threshold})
+	f := faultWatch{t: t, run: run}
+	kafkatest.Eventually(t, 60*time.Second, func() bool {
+		return run.Counter("pin_consumer_paused_partitions", nil) == 1 &&
+			run.Counter("pin_consumer_infrastructure_errors_total", map[string]string{"cause": "systemic"}) > 0
+	}, "the partition to wait on cause systemic")
+	waiting := time.Now()
+	if code, body := f.get("/readyz"); code != http.StatusOK && time.Since(waiting) < threshold/2 {
+		t.Fatalf("/readyz %d %q while a partition has waited under CONSUMER_STUCK_AFTER, want 200", code, body)
+	}
+	var code int
+	var body string
+	kafkatest.Eventually(t, 30*time.Second, func() bool {
+		code, body = f.get("/readyz")
+		return code == http.StatusServiceUnavailable && strings.Contains(body, "cause systemic")
+	}, "/readyz %d %q past CONSUMER_STUCK_AFTER, want 503 naming cause systemic", code, body)
+	if time.Since(waiting) < threshold/2 {
+		t.Fatalf("/readyz failed %s into the wait, under CONSUMER_STUCK_AFTER %s", time.Since(waiting), threshold)
+	}
+	if _, err := e.db.Exec(`DROP TRIGGER boom_ready ON lead_events`); err != nil {
+		t.Fatal(err)
+	}
+	e.waitCommitted(1)
+	f.recovered()
+}
+
+// A partition idle past CONSUMER_STUCK_AFTER is not stuck the moment a
+// message arrives: its idle time is not time without progress.
+func TestAnIdlePartitionIsNotStuckWhenAMessageArrives(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	l := e.lead()
+	_, v := envelope(l, "")
+	e.produce(0, v)
+	const threshold = 2 * time.Second
+	run := consumertest.Start(t, e.cluster.Bootstrap, e.url, probeService(long...), consumertest.Options{HTTP: true, StuckAfter: threshold})
+	f := faultWatch{t: t, run: run}
+	e.waitCommitted(1)
+	time.Sleep(2 * threshold) // idle
+	id, held := envelope(l, "hold")
+	h := holdMessage(t, id)
+	e.produce(0, held)
+	select {
+	case <-h.started:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the held message did not start")
+	}
+	arrived := time.Now()
+	if code, body := f.get("/readyz"); code != http.StatusOK && time.Since(arrived) < threshold/2 {
+		t.Fatalf("/readyz %d %q just after a message reached a partition idle past CONSUMER_STUCK_AFTER, want 200", code, body)
+	}
+	h.Release()
+	e.waitCommitted(2)
+}
+
 // faultWatch checks what a consumer shows while it waits on a failure that
 // is not its messages' own, and once it is gone.
 type faultWatch struct {
@@ -106,8 +177,13 @@ type faultWatch struct {
 	run *consumertest.Running
 }
 
+// faultStuckAfter is CONSUMER_STUCK_AFTER in the runs a faultWatch
+// watches: /readyz fails a partition that waits this long.
+const faultStuckAfter = 2 * time.Second
+
 // held waits until partitions partitions are paused, the cause has been
-// counted and /readyz answers 503 naming it.
+// counted and, once they waited past CONSUMER_STUCK_AFTER (the run's
+// faultStuckAfter), /readyz answers 503 naming it.
 func (f faultWatch) held(partitions int, cause string) {
 	f.t.Helper()
 	kafkatest.Eventually(f.t, 60*time.Second, func() bool {
@@ -116,10 +192,12 @@ func (f faultWatch) held(partitions int, cause string) {
 	}, "%d partitions paused on cause %s (paused %v, counted %v)", partitions, cause,
 		f.run.Counter("pin_consumer_paused_partitions", nil),
 		f.run.Counter("pin_consumer_infrastructure_errors_total", map[string]string{"cause": cause}))
-	code, body := f.get("/readyz")
-	if code != http.StatusServiceUnavailable || !strings.Contains(body, "cause "+cause) {
-		f.t.Fatalf("/readyz while held: %d %q, want 503 naming cause %s", code, body, cause)
-	}
+	var code int
+	var body string
+	kafkatest.Eventually(f.t, 30*time.Second, func() bool {
+		code, body = f.get("/readyz")
+		return code == http.StatusServiceUnavailable && strings.Contains(body, "cause "+cause)
+	}, "/readyz while held: %d %q, want 503 naming cause %s", code, body, cause)
 	if code, _ := f.get("/healthz"); code != http.StatusOK {
 		f.t.Fatalf("/healthz while held: %d, want 200 (the process is fine)", code)
 	}

@@ -60,14 +60,17 @@ func (r *Runtime) Ready(ctx context.Context) error {
 	now := time.Now()
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	// A partition without progress past CONSUMER_STUCK_AFTER, and only
+	// then (the contract): one that waits on the world says on what.
 	for p, w := range r.workers {
+		if !w.stuck(now, r.cfg.StuckAfter) {
+			continue
+		}
 		if ws := w.waiting.Load(); ws != nil {
 			return fmt.Errorf("partition %d waits on a failure that is not its message's own (cause %s, for %s): %s",
 				p, ws.cause, now.Sub(ws.since).Round(time.Second), ws.reason)
 		}
-		if w.stuck(now, r.cfg.StuckAfter) {
-			return fmt.Errorf("partition %d made no progress for %s", p, now.Sub(time.Unix(0, w.lastProgress.Load())).Round(time.Second))
-		}
+		return fmt.Errorf("partition %d made no progress for %s", p, now.Sub(time.Unix(0, w.lastProgress.Load())).Round(time.Second))
 	}
 	return nil
 }

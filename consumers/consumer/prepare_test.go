@@ -257,7 +257,7 @@ func TestAHookFailingForEveryMessageHoldsThePartition(t *testing.T) {
 			}
 			p := &preparing{}
 			broken(p).Store(true)
-			r := consumertest.Start(t, e.cluster.Bootstrap, e.url, p.service, consumertest.Options{HTTP: true})
+			r := consumertest.Start(t, e.cluster.Bootstrap, e.url, p.service, consumertest.Options{HTTP: true, StuckAfter: faultStuckAfter})
 			faultWatch{t: t, run: r}.held(1, "systemic")
 			if got := e.events(leadID); got != 0 {
 				t.Fatalf("lead_events = %d while the hook fails, want 0", got)

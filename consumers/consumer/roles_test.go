@@ -146,7 +146,7 @@ func TestAConsumerRunningAsAnotherServicesRoleDeadLettersNothing(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	e.wave(2)
-	run := consumertest.Start(t, e.cluster.Bootstrap, pgtest.ServiceURL(t, e.url, "rewards"), probeService(long...), consumertest.Options{HTTP: true})
+	run := consumertest.Start(t, e.cluster.Bootstrap, pgtest.ServiceURL(t, e.url, "rewards"), probeService(long...), consumertest.Options{HTTP: true, StuckAfter: faultStuckAfter})
 	e.heldWithoutDeadLetters(faultWatch{t: t, run: run}, "42")
 }
 

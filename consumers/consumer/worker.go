@@ -277,6 +277,11 @@ func (r *Runtime) dispatch(m *kafka.Message) {
 	// Within the byte budget, or alone: a message larger than the budget
 	// still goes, once the partition holds nothing else.
 	held := w.bytes.Load()
+	if held == 0 {
+		// The partition had nothing in hand: its time idle is not time
+		// without progress (stuck).
+		w.lastProgress.Store(time.Now().UnixNano())
+	}
 	fits := held == 0 || held+size <= r.cfg.QueueBytes
 	sent := false
 	w.refused = 0

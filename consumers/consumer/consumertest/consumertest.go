@@ -4,6 +4,7 @@
 package consumertest
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
 	"os"
@@ -32,8 +33,10 @@ type Options struct {
 	Kafka          kafka.ConfigMap // extra librdkafka properties
 	TracerProvider trace.TracerProvider
 	HTTP           bool // serve /metrics, /healthz, /readyz on 127.0.0.1:0
-	Logger         *zerolog.Logger
-	Transactions   int // CONSUMER_TRANSACTIONS; 0: the default
+	// StuckAfter is CONSUMER_STUCK_AFTER; 0: a minute.
+	StuckAfter   time.Duration
+	Logger       *zerolog.Logger
+	Transactions int // CONSUMER_TRANSACTIONS; 0: the default
 	// SchemaVersion is the schema gate's migration; "": the newest
 	// embedded one (migrate.Latest), as the binaries run.
 	SchemaVersion string
@@ -99,7 +102,7 @@ func Start(t testing.TB, brokers, dbURL string, build func(prometheus.Registerer
 		BatchSize:      o.BatchSize,
 		QueueSize:      o.QueueSize,
 		DrainTimeout:   5 * time.Second,
-		StuckAfter:     time.Minute,
+		StuckAfter:     cmp.Or(o.StuckAfter, time.Minute),
 		SchemaRecheck:  o.SchemaRecheck,
 		DBMaxConns:     8,
 		Transactions:   o.Transactions,
