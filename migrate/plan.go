@@ -15,6 +15,10 @@ import (
 type PlanReport struct {
 	State *State
 	Files []*FileReport // the pending files, in the order Apply runs them
+	// NotLinted says why the pending files were not linted (no dev
+	// database, say); Files is then empty and Write prints the pending
+	// files of State without findings.
+	NotLinted string
 }
 
 // Plan reads the state of the database at url and lints the files Apply
@@ -26,6 +30,14 @@ func Plan(ctx context.Context, url, devURL string, dir atlasmigrate.Dir) (*PlanR
 	if err != nil {
 		return nil, err
 	}
+	return PlanOf(ctx, st, devURL, dir)
+}
+
+// PlanOf is Plan for a database whose State (Status against dir) was
+// read: it lints st's pending files on the empty dev database at devURL
+// (unused when nothing is pending). It does not read the database again:
+// its errors are the directory's, the dev database's and the lint's.
+func PlanOf(ctx context.Context, st *State, devURL string, dir atlasmigrate.Dir) (*PlanReport, error) {
 	p := &PlanReport{State: st}
 	if len(st.Pending) == 0 {
 		return p, nil
@@ -57,19 +69,32 @@ func (p *PlanReport) Errors() int {
 }
 
 // Write prints the plan for review: the current revision, then each
-// pending file's SQL followed by its findings.
+// pending file's SQL followed by its findings, or, when the files were
+// not linted, why.
 func (p *PlanReport) Write(w io.Writer) {
 	writeState(w, p.State)
+	if p.NotLinted != "" {
+		fmt.Fprintf(w, "lint: not run: %s\n", p.NotLinted)
+		for _, f := range p.State.Pending {
+			writeFileSQL(w, f)
+			fmt.Fprintln(w, "-- lint: not run")
+		}
+		return
+	}
 	for _, f := range p.Files {
-		mode, _ := TxMode(f.File)
-		fmt.Fprintf(w, "\n-- file %s (txmode %s)\n", f.File.Name(), mode)
-		fmt.Fprintln(w, strings.TrimRight(string(f.File.Bytes()), "\n"))
+		writeFileSQL(w, f.File)
 		fmt.Fprintf(w, "-- lint: ")
 		f.Write(w)
 	}
 	if n := p.Errors(); n > 0 {
 		fmt.Fprintf(w, "\n%d lint error(s): review them before applying\n", n)
 	}
+}
+
+func writeFileSQL(w io.Writer, f atlasmigrate.File) {
+	mode, _ := TxMode(f)
+	fmt.Fprintf(w, "\n-- file %s (txmode %s)\n", f.Name(), mode)
+	fmt.Fprintln(w, strings.TrimRight(string(f.Bytes()), "\n"))
 }
 
 // WriteStatus prints a State for people: current revision, pending files,

@@ -122,13 +122,16 @@ func migrateStatus(ctx context.Context, args []string) error {
 			"migrations create (public), without the revision table; not compared: what the\n"+
 			"open-source Atlas library does not inspect (views, functions, triggers, grants,\n"+
 			"policies). Changes nothing on --url. Exit 0 when the database could be read,\n"+
-			"drift or not (1 on drift with --exit-code); 1 with one line on stderr when it\n"+
-			"cannot be reached or the drift check fails.")
+			"drift or not, and when the drift check could not run (no local PostgreSQL\n"+
+			"server binaries, say): it then prints `drift: not checked: REASON`. Exit 1 on\n"+
+			"drift with --exit-code, and when a check asked for by --exit-code, --dev-url\n"+
+			"or --drift could not run; 1 with one line on stderr when the database cannot\n"+
+			"be reached.")
 	db := databaseURLFlags(fs)
-	devURL := fs.String("dev-url", "", "empty database to replay the applied files on (default: a throwaway local PostgreSQL)")
+	devURL := fs.String("dev-url", "", "empty database to replay the applied files on (default: a throwaway local PostgreSQL); exit 1 when the drift check cannot run on it")
 	dirPath := dirFlag(fs, "", embeddedDirDoc)
-	exitOnDrift := fs.Bool("exit-code", false, "exit 1 when the live schema has drifted from the migrations")
-	drift := fs.Bool("drift", true, "check for drift (false: no dev database, no drift line)")
+	exitOnDrift := fs.Bool("exit-code", false, "exit 1 when the live schema has drifted from the migrations, or when drift could not be checked")
+	drift := fs.Bool("drift", true, "check for drift (false: no dev database, no drift line; given explicitly: exit 1 when the check cannot run)")
 	if _, err := parseArgs(fs, args, 0, 0); err != nil {
 		return err
 	}
@@ -136,6 +139,7 @@ func migrateStatus(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
+	secrets.Add(secret.Passwords(*devURL)...)
 	dir, err := migrate.OpenDir(*dirPath)
 	if err != nil {
 		return err
@@ -150,19 +154,20 @@ func migrateStatus(ctx context.Context, args []string) error {
 		migrate.WriteStatus(os.Stdout, st)
 		return nil
 	}
-	dev := *devURL
-	if st.DriftNeedsDev() {
-		var stop func()
-		if dev, stop, err = devDatabase(ctx, *devURL); err != nil {
-			migrate.WriteStatus(os.Stdout, st)
-			return fmt.Errorf("migrate status: drift check: %w", err)
-		}
-		defer stop()
-	}
-	st.Drift, err = migrate.CheckDrift(ctx, url, dev, dir, st)
+	st.Drift, err = checkDrift(ctx, url, *devURL, dir, st)
 	migrate.WriteStatus(os.Stdout, st)
 	if err != nil {
-		return fmt.Errorf("migrate status: drift check: %w", err)
+		// The database was read: a drift check that could not run is
+		// said, and fails the command only when the command line asked
+		// for it (docs/contract.md §1).
+		fmt.Printf("drift: not checked: %s\n", oneLine(err))
+		switch {
+		case ctx.Err() != nil, *devURL != "", flagGiven(fs, "drift"):
+			return fmt.Errorf("migrate status: drift check: %w", err)
+		case *exitOnDrift:
+			return fmt.Errorf("migrate status: drift not checked, so --exit-code cannot tell there is none: %w", err)
+		}
+		return nil
 	}
 	if *exitOnDrift && st.Drift.Drifted() {
 		return fmt.Errorf("migrate status: the live schema of %s has drifted from the migrations (--exit-code)", migrate.Redact(url))
@@ -170,13 +175,59 @@ func migrateStatus(ctx context.Context, args []string) error {
 	return nil
 }
 
+// checkDrift checks st's database for drift, on devURL's dev database or
+// a throwaway local one when the check needs one.
+func checkDrift(ctx context.Context, url, devURL string, dir atlasmigrate.Dir, st *migrate.State) (*migrate.Drift, error) {
+	dev := devURL
+	if st.DriftNeedsDev() {
+		var stop func()
+		var err error
+		if dev, stop, err = checkDev(ctx, devURL); err != nil {
+			return nil, err
+		}
+		defer stop()
+	}
+	return migrate.CheckDrift(ctx, url, dev, dir, st)
+}
+
+// checkDev is devDatabase for the checks status and plan go on without:
+// when no throwaway local PostgreSQL starts, its error says how to get a
+// dev database.
+func checkDev(ctx context.Context, devURL string) (url string, stop func(), err error) {
+	if devURL != "" {
+		return devURL, func() {}, nil
+	}
+	srv, stop, err := startLocal(ctx, "pinctl-dev-*")
+	if err != nil {
+		return "", nil, fmt.Errorf("no dev database: a throwaway local PostgreSQL did not start (%w); pass --dev-url URL or install PostgreSQL's server binaries", err)
+	}
+	return srv.URL("postgres"), stop, nil
+}
+
+// flagGiven reports whether the command line set the flag name.
+func flagGiven(fs *flag.FlagSet, name string) bool {
+	given := false
+	fs.Visit(func(f *flag.Flag) { given = given || f.Name == name })
+	return given
+}
+
+// oneLine is err's text on one line, without the passwords pinctl knows:
+// for a reason printed on stdout.
+func oneLine(err error) string {
+	return secrets.Redact(strings.Join(strings.Fields(err.Error()), " "))
+}
+
 func migratePlan(ctx context.Context, args []string) error {
 	fs := newFlags("migrate plan", "migrate plan (--url URL | --url-file FILE | $DATABASE_URL) [--dev-url URL] [--dir DIR]",
 		"Prints the SQL of every pending file with its lint findings, for review before\n"+
 			"apply. Changes nothing on --url. Lint runs on an empty dev database: --dev-url,\n"+
-			"or a throwaway local PostgreSQL. Exit 0 whatever the findings.")
+			"or a throwaway local PostgreSQL; when it cannot run (no local PostgreSQL server\n"+
+			"binaries, say), the SQL is printed with `lint: not run: REASON`. Exit 0 when\n"+
+			"the database could be read, whatever the findings, linted or not (1 when lint\n"+
+			"cannot run on --dev-url's database); 1 with one line on stderr when the\n"+
+			"database cannot be reached.")
 	db := databaseURLFlags(fs)
-	devURL := fs.String("dev-url", "", "empty database to lint on (default: a throwaway local PostgreSQL)")
+	devURL := fs.String("dev-url", "", "empty database to lint on (default: a throwaway local PostgreSQL); exit 1 when lint cannot run on it")
 	dirPath := dirFlag(fs, "", embeddedDirDoc)
 	if _, err := parseArgs(fs, args, 0, 0); err != nil {
 		return err
@@ -185,6 +236,7 @@ func migratePlan(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
+	secrets.Add(secret.Passwords(*devURL)...)
 	dir, err := migrate.OpenDir(*dirPath)
 	if err != nil {
 		return err
@@ -199,17 +251,29 @@ func migratePlan(ctx context.Context, args []string) error {
 		migrate.WriteStatus(os.Stdout, st)
 		return nil
 	}
-	dev, stop, err := devDatabase(ctx, *devURL)
+	p, err := lintPlan(ctx, *devURL, dir, st)
 	if err != nil {
-		return fmt.Errorf("migrate plan: %w", err)
-	}
-	defer stop()
-	p, err := migrate.Plan(ctx, url, dev, dir)
-	if err != nil {
-		return fmt.Errorf("migrate plan: %w", err)
+		// The database was read: the SQL is printed unlinted, saying
+		// why; it fails the command only on --dev-url's database.
+		(&migrate.PlanReport{State: st, NotLinted: oneLine(err)}).Write(os.Stdout)
+		if ctx.Err() != nil || *devURL != "" {
+			return fmt.Errorf("migrate plan: lint: %w", err)
+		}
+		return nil
 	}
 	p.Write(os.Stdout)
 	return nil
+}
+
+// lintPlan lints st's pending files on devURL's dev database or a
+// throwaway local one.
+func lintPlan(ctx context.Context, devURL string, dir atlasmigrate.Dir, st *migrate.State) (*migrate.PlanReport, error) {
+	dev, stop, err := checkDev(ctx, devURL)
+	if err != nil {
+		return nil, err
+	}
+	defer stop()
+	return migrate.PlanOf(ctx, st, dev, dir)
 }
 
 var reMigrationName = regexp.MustCompile(`^[a-z0-9][a-z0-9_]*$`)

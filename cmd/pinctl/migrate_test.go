@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"database/sql"
 	"errors"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -16,7 +17,6 @@ import (
 // and checks what it prints about drift, and its exit codes.
 func TestMigrateStatusDrift(t *testing.T) {
 	t.Parallel()
-	pinctl := filepath.Join(builtBinaries(t), "pinctl")
 	drifted := pgtest.NewDB(t)
 	db, err := sql.Open("postgres", drifted)
 	if err != nil {
@@ -29,54 +29,66 @@ func TestMigrateStatusDrift(t *testing.T) {
 	clean := pgtest.NewDB(t)
 	dev := pgtest.NewEmptyDB(t)
 
-	tests := []struct {
-		name    string
-		args    []string
-		code    int
-		stdout  []string // printed, each
-		stderr  string   // the one line on stderr says this (when code != 0)
-		without string   // not printed
-	}{
+	runMigrate(t, nil, []migrateCase{
 		{
 			name: "a column added by hand is printed as drift, exit 0",
-			args: []string{"--url", drifted, "--dev-url", dev},
+			args: []string{"status", "--url", drifted, "--dev-url", dev},
 			stdout: []string{"pending: none (up to date)", "drift: the live schema differs from the migrations",
 				`-- modify "leads" table`, `ALTER TABLE "leads" ADD COLUMN "note" character varying(200) NULL;`},
 		},
 		{
 			name:   "with --exit-code drift exits 1",
-			args:   []string{"--url", drifted, "--dev-url", dev, "--exit-code"},
+			args:   []string{"status", "--url", drifted, "--dev-url", dev, "--exit-code"},
 			code:   1,
 			stdout: []string{`ADD COLUMN "note"`},
 			stderr: "has drifted from the migrations (--exit-code)",
 		},
 		{
 			name:    "a clean database has no drift, exit 0 with --exit-code",
-			args:    []string{"--url", clean, "--dev-url", dev, "--exit-code"},
+			args:    []string{"status", "--url", clean, "--dev-url", dev, "--exit-code"},
 			stdout:  []string{"no drift: the live schema (public) is what the applied migrations produce"},
 			without: "differs",
 		},
 		{
 			name:   "the dev database defaults to a throwaway local PostgreSQL",
-			args:   []string{"--url", drifted},
+			args:   []string{"status", "--url", drifted},
 			stdout: []string{`ALTER TABLE "leads" ADD COLUMN "note" character varying(200) NULL;`},
 		},
 		{
 			name:    "--drift=false skips the check",
-			args:    []string{"--url", drifted, "--drift=false"},
+			args:    []string{"status", "--url", drifted, "--drift=false"},
 			stdout:  []string{"pending: none (up to date)"},
 			without: "drift",
 		},
 		{
 			name:   "an unreachable database exits 1 with one line",
-			args:   []string{"--url", "postgres://postgres@127.0.0.1:1/none?sslmode=disable"},
+			args:   []string{"status", "--url", "postgres://postgres@127.0.0.1:1/none?sslmode=disable"},
 			code:   1,
 			stderr: "cannot reach database",
 		},
-	}
+	})
+}
+
+// migrateCase is one run of `pinctl migrate` and what it must do.
+type migrateCase struct {
+	name    string
+	args    []string // after `pinctl migrate`
+	code    int
+	stdout  []string // printed, each
+	stderr  string   // the one line on stderr says this (when code != 0)
+	without string   // not printed
+}
+
+// runMigrate runs each case's `pinctl migrate` as an operator does, with
+// env added to the test's environment, and checks its exit code and
+// output.
+func runMigrate(t *testing.T, env []string, tests []migrateCase) {
+	t.Helper()
+	pinctl := filepath.Join(builtBinaries(t), "pinctl")
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			cmd := exec.CommandContext(t.Context(), pinctl, append([]string{"migrate", "status"}, tt.args...)...)
+			cmd := exec.CommandContext(t.Context(), pinctl, append([]string{"migrate"}, tt.args...)...)
+			cmd.Env = append(os.Environ(), env...)
 			var stdout, stderr bytes.Buffer
 			cmd.Stdout, cmd.Stderr = &stdout, &stderr
 			err := cmd.Run()
@@ -104,4 +116,76 @@ func TestMigrateStatusDrift(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestMigrateWithoutADevDatabase runs status and plan where no throwaway
+// PostgreSQL can start (PG_BIN names no server binaries): the database was
+// read, so they exit 0 and say what they could not check, unless the
+// command line asked for the check (docs/contract.md §1).
+func TestMigrateWithoutADevDatabase(t *testing.T) {
+	t.Parallel()
+	migrated := pgtest.NewDB(t)
+	empty := pgtest.NewEmptyDB(t)
+	unreachable := "postgres://postgres@127.0.0.1:1/none?sslmode=disable"
+	const hint = "pass --dev-url URL or install PostgreSQL's server binaries"
+	runMigrate(t, []string{"PG_BIN=" + filepath.Join(t.TempDir(), "none")}, []migrateCase{
+		{
+			name:    "status prints the state and that drift was not checked, exit 0",
+			args:    []string{"status", "--url", migrated},
+			stdout:  []string{"current version: ", "pending: none (up to date)", "drift: not checked: no dev database: ", hint},
+			without: "no drift",
+		},
+		{
+			name:   "status --exit-code cannot tell there is no drift: exit 1",
+			args:   []string{"status", "--url", migrated, "--exit-code"},
+			code:   1,
+			stdout: []string{"pending: none (up to date)", "drift: not checked: no dev database: "},
+			stderr: "drift not checked, so --exit-code cannot tell there is none",
+		},
+		{
+			name:   "status --drift asks for the check: exit 1",
+			args:   []string{"status", "--url", migrated, "--drift"},
+			code:   1,
+			stdout: []string{"drift: not checked: no dev database: "},
+			stderr: "migrate status: drift check: no dev database: ",
+		},
+		{
+			name:   "status with a --dev-url that cannot be reached: exit 1",
+			args:   []string{"status", "--url", migrated, "--dev-url", unreachable},
+			code:   1,
+			stdout: []string{"pending: none (up to date)", "drift: not checked: dev database: cannot reach database"},
+			stderr: "migrate status: drift check: dev database: cannot reach database",
+		},
+		{
+			name:    "status --drift=false needs no dev database",
+			args:    []string{"status", "--url", migrated, "--drift=false"},
+			stdout:  []string{"pending: none (up to date)"},
+			without: "drift",
+		},
+		{
+			name:    "plan prints the pending SQL unlinted, saying so, exit 0",
+			args:    []string{"plan", "--url", empty},
+			stdout:  []string{"current version: none (empty database)", "lint: not run: no dev database: ", hint, `CREATE TABLE "chats"`, "-- lint: not run"},
+			without: "no findings",
+		},
+		{
+			name:   "plan with a --dev-url that cannot be reached: exit 1",
+			args:   []string{"plan", "--url", empty, "--dev-url", unreachable},
+			code:   1,
+			stdout: []string{"lint: not run: dev database: cannot reach database", `CREATE TABLE "chats"`},
+			stderr: "migrate plan: lint: dev database: cannot reach database",
+		},
+		{
+			name:   "status of an unreachable database exits 1 with one line",
+			args:   []string{"status", "--url", unreachable},
+			code:   1,
+			stderr: "cannot reach database",
+		},
+		{
+			name:   "plan of an unreachable database exits 1 with one line",
+			args:   []string{"plan", "--url", unreachable},
+			code:   1,
+			stderr: "cannot reach database",
+		},
+	})
 }

@@ -241,7 +241,11 @@ func (s *Server) run(ctx context.Context, name string, args ...string) error {
 	cmd.Env = append(os.Environ(), "LC_ALL=C.UTF-8")
 	out, err := cmd.CombinedOutput()
 	if err != nil {
-		return fmt.Errorf("localpg: %s %s: %w\n%s", name, strings.Join(args, " "), err, strings.TrimSpace(string(out)))
+		err = fmt.Errorf("localpg: %s %s: %w", name, strings.Join(args, " "), err)
+		if out := strings.TrimSpace(string(out)); out != "" {
+			err = fmt.Errorf("%w\n%s", err, out)
+		}
+		return err
 	}
 	return nil
 }
