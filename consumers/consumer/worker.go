@@ -267,11 +267,25 @@ func (r *Runtime) dispatch(m *kafka.Message) {
 	r.mu.Lock()
 	w := r.workers[m.TopicPartition.Partition]
 	r.mu.Unlock()
-	if w == nil || m.TopicPartition.Offset <= w.lastDispatched {
-		return // not ours any more, or fetched twice around a seek
+	if w == nil {
+		return // not ours any more
 	}
 	if w.paused.Load() {
 		return // re-fetched after the seek on resume
+	}
+	if off := m.TopicPartition.Offset; off <= w.lastDispatched {
+		// librdkafka discards what it fetched before a seek or a pause of
+		// ours (the fetch version barrier), so this is the partition's
+		// position moved back under the member: its log truncated (an
+		// unclean leader election, KIP-320) or the topic recreated
+		// (OFFSET_OUT_OF_RANGE, then auto.offset.reset). These offsets
+		// hold other messages now: hand them over, in order after what is
+		// queued (the marks skip any message already applied). Dropping
+		// them until the offsets passed the old ones lost them.
+		r.log.Warn().Int32("partition", m.TopicPartition.Partition).Int64("offset", int64(off)).
+			Int64("last_handed_over", int64(w.lastDispatched)).
+			Msg("the partition's position moved back (log truncated or topic recreated): consuming from there")
+		w.lastDispatched = off - 1
 	}
 	size := messageBytes(m)
 	// Within the byte budget, or alone: a message larger than the budget
