@@ -277,6 +277,23 @@ func (p *inRow) done(it *item) bool {
 	return true
 }
 
+// skipUnknown removes the row of a message whose EventType no route
+// takes any more, as its partition would skip it
+// (skipped-unknown-event-type, no mark, a replay processes it again).
+func (p *inRow) skipUnknown(it *item) {
+	if err := p.tx.ParkedMessage.DeleteOne(p.row).Exec(p.ctx); err != nil {
+		p.pushBack(it, p.row.UnexpectedFailures, err)
+		return
+	}
+	if err := p.tx.Commit(); err != nil {
+		p.pushBack(it, p.row.UnexpectedFailures, err)
+		return
+	}
+	p.r.m.unknownType.WithLabelValues(UnknownEventType).Inc()
+	it.outcome = SkippedUnknownEventType
+	p.r.finish(it, nil)
+}
+
 // park moves the row to its next retry-later step.
 func (p *inRow) park(it *item, v verdict, step int, cause error) (ok, again bool) {
 	next := time.Now().Add(v.delay)

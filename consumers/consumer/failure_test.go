@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -168,6 +169,37 @@ func TestAnIdlePartitionIsNotStuckWhenAMessageArrives(t *testing.T) {
 	}
 	h.Release()
 	e.waitCommitted(2)
+}
+
+// A service's outcome fields (Message.LogFields) that panic, for an
+// applied message and for one dead-lettered as invalid: the panic is
+// logged and the message ends as it would have, once. Unrecovered, it
+// took the process down after the commit or the dead letter and before
+// the offset: the message came back, and did it again.
+func TestOutcomeFieldsThatPanicDoNotTakeTheConsumerDown(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	l := e.lead()
+	_, applied := envelope(l, "fields-panic")
+	_, invalid := envelope(l, "invalid-fields-panic")
+	e.produce(0, applied)
+	e.produce(0, invalid)
+	var panicked atomic.Bool
+	run := consumertest.Start(t, e.cluster.Bootstrap, e.url, probeService(long...),
+		consumertest.Options{Logger: watchedLogger("the outcome line's fields panicked", &panicked)})
+	e.waitCommitted(2)
+	if !panicked.Load() {
+		t.Fatal("no line for the panic of the outcome fields")
+	}
+	if got := e.events(l); got != 1 {
+		t.Fatalf("lead_events = %d, want 1", got)
+	}
+	time.Sleep(time.Second) // a second dead letter would be on its way
+	if n := e.cluster.Count(t, probeDLQ); n != 1 {
+		t.Fatalf("DLQ holds %d, want the invalid message once", n)
+	}
+	f := faultWatch{t: t, run: run}
+	f.running()
 }
 
 // faultWatch checks what a consumer shows while it waits on a failure that

@@ -45,6 +45,25 @@ func (r *Runtime) finish(it *item, err error) {
 	if c, ok := CodeOf(err); ok {
 		ev = ev.Str("code", c.Name)
 	}
+	r.describe(it, ev)
+	ev.Str("outcome", string(it.outcome)).Int("attempts", it.attempts).
+		Float64("duration_ms", float64(d)/float64(time.Millisecond)).Msg(string(it.outcome))
+	it.span.SetAttributes(attribute.String("pin.outcome", string(it.outcome)))
+	it.span.End()
+}
+
+// describe adds the spec's fields of the message to its outcome line: its
+// handler's (Message.LogFields) or, when the handler did not run or said
+// nothing, the service's Describe. It runs after the commit or the dead
+// letter and before the offset is stored, so a panic in the service's code
+// is logged, not allowed to take the process down there: the message would
+// come back, be applied or dead-lettered again, and crash again.
+func (r *Runtime) describe(it *item, ev *zerolog.Event) {
+	defer func() {
+		if p := recover(); p != nil {
+			r.logFor(it).Error().Str("panic", fmt.Sprint(p)).Str("stack", string(debug.Stack())).Msg("the outcome line's fields panicked")
+		}
+	}()
 	switch {
 	case it.st != nil && len(it.st.fields) > 0:
 		for _, f := range it.st.fields {
@@ -55,15 +74,11 @@ func (r *Runtime) finish(it *item, err error) {
 		// message refused before it) or said nothing: the spec's fields
 		// from the payload, and the database where they live there.
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
 		if f := r.svc.Describe(ctx, r.client, it.msg); f != nil {
 			f(ev)
 		}
-		cancel()
 	}
-	ev.Str("outcome", string(it.outcome)).Int("attempts", it.attempts).
-		Float64("duration_ms", float64(d)/float64(time.Millisecond)).Msg(string(it.outcome))
-	it.span.SetAttributes(attribute.String("pin.outcome", string(it.outcome)))
-	it.span.End()
 }
 
 // runHook runs an after-commit hook; a panicking hook is logged, not

@@ -12,6 +12,7 @@ import (
 	"net/url"
 	"os"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -87,7 +88,7 @@ func (h hold) Release() { h.once.Do(func() { close(h.release) }) }
 
 type probePayload struct {
 	LeadID uuid.UUID `json:"LeadId"`
-	Mode   string    // "", "invalid", "conflict", "panic", "second-layer", "bug", "flaky", "slow", "hold", "unstorable", "drop-marks"
+	Mode   string    // "", "invalid", "conflict", "panic", "second-layer", "bug", "flaky", "slow", "hold", "unstorable", "drop-marks", "fields-panic", "invalid-fields-panic"
 }
 
 // probeView is what the probe's Read read for a transaction: the leads of
@@ -165,8 +166,11 @@ func probeContract(schedule ...time.Duration) consumer.Batched[*probeView] {
 		if err != nil {
 			return "", err
 		}
+		if strings.HasSuffix(p.Mode, "fields-panic") { // a bug in the service's outcome fields
+			m.LogFields(func(*zerolog.Event) { panic("probe's log fields panic") })
+		}
 		switch p.Mode {
-		case "invalid":
+		case "invalid", "invalid-fields-panic":
 			return "", m.Invalid("Mode invalid asked for")
 		case "conflict":
 			conflictRuns.Add(1)

@@ -1,6 +1,7 @@
 package consumer
 
 import (
+	"cmp"
 	"context"
 	stdsql "database/sql"
 	"errors"
@@ -197,9 +198,14 @@ func (r *Runtime) redriveOne(ctx context.Context) (bool, error) {
 	it := r.prepare(parkedToKafka(row), time.Now())
 	defer it.span.End() // no-op once finished
 	h := &inRow{r: r, ctx: ctx, tx: tx, row: row}
-	if it.msg == nil || !it.routed { // cannot happen for a row we parked; never loop on it
-		h.deadLetter(it, EnvelopeInvalid, errors.New("parked message cannot be routed"))
-	} else {
+	switch {
+	case it.msg == nil: // cannot happen for a row we parked; never loop on it
+		h.deadLetter(it, EnvelopeInvalid, cmp.Or(it.decodeErr, errors.New("parked message cannot be decoded")))
+	case !it.routed:
+		// Parked by a release that routed its EventType, re-driven by one
+		// that does not: what its partition does with it now.
+		h.skipUnknown(it)
+	default:
 		// Its tally so far, from the row: the retry-later steps used, and
 		// the unexpected failures, the last of them when the row was last
 		// written (the evidence must be newer).
