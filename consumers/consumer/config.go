@@ -66,7 +66,8 @@ type Config struct {
 	// ConfigFromEnv sets it; a Config built by hand keeps its numbers.
 	FollowDistance bool
 	// Warnings are one line each about the environment: Kubernetes
-	// service-link variables ignored, a renamed variable.
+	// service-link variables ignored, the classic protocol's settings
+	// ignored under the consumer protocol, a renamed variable.
 	Warnings []string
 }
 
@@ -252,6 +253,9 @@ func ConfigFromEnv(environ []string, defaultHTTP string) (Config, error) {
 	if w := kc.Warning(); w != "" {
 		c.Warnings = append(c.Warnings, w)
 	}
+	// Under KIP-848's protocol librdkafka refuses the classic one's
+	// settings: left out, so that switching protocols needs no other change.
+	c.Warnings = append(c.Warnings, kafkaenv.DropClassicOnly(c.Kafka)...)
 	env["KAFKA_BOOTSTRAP_SERVERS"] = kc.Brokers
 	// The two knobs that CONSUMER_TRANSACTIONS replaced: the shared lanes
 	// carry over, the cap on a partition's own transactions has no meaning

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/confluentinc/confluent-kafka-go/v2/kafka"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -63,6 +64,32 @@ func TestConfigFromEnv(t *testing.T) {
 		}
 		if _, ok := c.Kafka["bootstrap.servers"]; ok {
 			t.Error("bootstrap.servers belongs to Brokers")
+		}
+	})
+	t.Run("the classic protocol's settings are ignored under the consumer protocol", func(t *testing.T) {
+		classic := []string{"KAFKA_SESSION_TIMEOUT_MS=6000", "KAFKA_HEARTBEAT_INTERVAL_MS=500",
+			"KAFKA_PARTITION_ASSIGNMENT_STRATEGY=cooperative-sticky", "KAFKA_GROUP_PROTOCOL_TYPE=consumer", "KAFKA_MAX_POLL_INTERVAL_MS=300000"}
+		c, err := ConfigFromEnv(append(append(base, classic...), "KAFKA_GROUP_PROTOCOL=CONSUMER"), "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := (kafka.ConfigMap{"group.protocol": "CONSUMER", "max.poll.interval.ms": "300000"}); !reflect.DeepEqual(c.Kafka, want) {
+			t.Errorf("Kafka = %v, want %v", c.Kafka, want)
+		}
+		var ignored []string
+		for _, w := range c.Warnings {
+			if v, ok := strings.CutSuffix(strings.SplitN(w, ":", 2)[0], " is ignored under group.protocol=consumer"); ok {
+				ignored = append(ignored, v)
+			}
+		}
+		if want := []string{"KAFKA_GROUP_PROTOCOL_TYPE", "KAFKA_HEARTBEAT_INTERVAL_MS", "KAFKA_PARTITION_ASSIGNMENT_STRATEGY", "KAFKA_SESSION_TIMEOUT_MS"}; !reflect.DeepEqual(ignored, want) || len(c.Warnings) != len(want) {
+			t.Errorf("warnings %q, want one each for %q", c.Warnings, want)
+		}
+		for _, protocol := range []string{"", "KAFKA_GROUP_PROTOCOL=classic"} {
+			c, err := ConfigFromEnv(append(append(base, classic...), protocol), "")
+			if err != nil || len(c.Kafka) != len(classic)+min(len(protocol), 1) || len(c.Warnings) != 0 {
+				t.Errorf("%q: Kafka %v, warnings %q, %v; want every setting kept, no warning", protocol, c.Kafka, c.Warnings, err)
+			}
 		}
 	})
 	t.Run("pprof", func(t *testing.T) {

@@ -11,6 +11,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/pin-platform/pin/consumers/consumer"
 	"github.com/pin-platform/pin/consumers/consumer/consumertest"
 	"github.com/pin-platform/pin/consumers/kafkatest"
 )
@@ -107,4 +108,35 @@ func TestAMemberThatLostItsAssignmentIsNotReadyUntilItRejoins(t *testing.T) {
 	leadID := e.lead()
 	e.produceN(leadID, 10)
 	e.waitCommitted(10)
+}
+
+// The classic protocol's settings left in the environment under KIP-848's
+// consumer protocol (chosen in any case, as librdkafka matches it), which
+// librdkafka refuses under it, are ignored with one warning line each: the
+// consumer joins and consumes.
+func TestTheConsumerProtocolIgnoresTheClassicProtocolsSettings(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	environ := []string{"KAFKA_BOOTSTRAP_SERVERS=" + e.cluster.Bootstrap, "DATABASE_URL=" + e.url, "HTTP_ADDR=127.0.0.1:0",
+		"KAFKA_GROUP_PROTOCOL=Consumer", "KAFKA_SESSION_TIMEOUT_MS=6000", "KAFKA_HEARTBEAT_INTERVAL_MS=500",
+		"KAFKA_PARTITION_ASSIGNMENT_STRATEGY=cooperative-sticky"}
+	m := startMain(t, environ, `"consumer started"`)
+	leadID := e.lead()
+	e.produceN(leadID, 10)
+	e.waitCommitted(10)
+	if code := m.stop(); code != consumer.ExitOK {
+		t.Fatalf("exit %d, want %d; stderr:\n%s", code, consumer.ExitOK, m.stderr.String())
+	}
+	if got := e.events(leadID); got != 10 {
+		t.Fatalf("lead_events = %d, want 10", got)
+	}
+	for _, want := range []string{
+		"KAFKA_SESSION_TIMEOUT_MS is ignored under group.protocol=consumer: the broker's group.consumer.session.timeout.ms applies",
+		"KAFKA_HEARTBEAT_INTERVAL_MS is ignored under group.protocol=consumer: the broker's group.consumer.heartbeat.interval.ms applies",
+		"KAFKA_PARTITION_ASSIGNMENT_STRATEGY is ignored under group.protocol=consumer",
+	} {
+		if n := strings.Count(m.stderr.String(), want); n != 1 {
+			t.Errorf("%d lines %q, want 1; stderr:\n%s", n, want, m.stderr.String())
+		}
+	}
 }

@@ -1,9 +1,13 @@
 package consumer
 
 import (
+	"bytes"
+	"strings"
 	"testing"
 
 	"github.com/confluentinc/confluent-kafka-go/v2/kafka"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/rs/zerolog"
 )
 
 // The runtime bounds librdkafka's prefetch (C memory, outside the Go heap)
@@ -39,5 +43,25 @@ func TestConsumerConfigDefaultsAndOverrides(t *testing.T) {
 	}
 	if cm["enable.auto.offset.store"] != false || cm["group.id"] != "g" {
 		t.Fatalf("enable.auto.offset.store = %v, group.id = %v: the environment must not override them", cm["enable.auto.offset.store"], cm["group.id"])
+	}
+}
+
+// A Config built in code (ConfigFromEnv leaves them out itself) runs
+// without the classic protocol's settings under the consumer protocol,
+// which librdkafka refuses there, and New logs a warning for each.
+func TestNewLeavesOutTheClassicSettingsUnderTheConsumerProtocol(t *testing.T) {
+	svc := Service{Name: "x", Topic: "t", Group: "g", DLQTopic: "d", InvalidCode: Code{Name: "X_INVALID", Class: Invalid},
+		Handlers: nothingTo("e", "x:")}
+	km := kafka.ConfigMap{"group.protocol": "consumer", "session.timeout.ms": 6000, "statistics.interval.ms": 1000}
+	var log bytes.Buffer
+	r, err := New(Config{Kafka: km}, svc, nil, nil, Options{Registry: prometheus.NewRegistry(), Logger: zerolog.New(&log)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := r.cfg.Kafka["session.timeout.ms"]; ok || len(r.cfg.Kafka) != 2 || len(km) != 3 {
+		t.Errorf("runs %v from %v: want session.timeout.ms out, the caller's map untouched", r.cfg.Kafka, km)
+	}
+	if !strings.Contains(log.String(), `"level":"warn"`) || strings.Count(log.String(), "KAFKA_SESSION_TIMEOUT_MS is ignored under group.protocol=consumer") != 1 {
+		t.Errorf("log:\n%s\nwant one warning naming KAFKA_SESSION_TIMEOUT_MS", log.String())
 	}
 }

@@ -110,8 +110,8 @@ func Main(ctx context.Context, environ []string, stderr io.Writer, defaultHTTP s
 	}
 	if err := rt.Run(ctx); err != nil {
 		var ce *ConfigError
-		if errors.As(err, &ce) {
-			fmt.Fprintf(stderr, "configuration: %v\n", err)
+		if errors.As(err, &ce) { // one line: librdkafka ends some of its errors with a newline
+			fmt.Fprintf(stderr, "configuration: %s\n", strings.ReplaceAll(strings.TrimSpace(err.Error()), "\n", "; "))
 			return ExitConfig
 		}
 		slog.Error().Err(err).Msg("consumer failed")

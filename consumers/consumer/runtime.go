@@ -143,6 +143,10 @@ func New(cfg Config, svc Service, client *ent.Client, db *sql.DB, opts Options) 
 		return nil, err
 	}
 	cfg = cfg.withDefaults()
+	// A Config built in code may hold what ConfigFromEnv leaves out with a
+	// warning: the classic protocol's settings under the consumer protocol.
+	cfg.Kafka = maps.Clone(cfg.Kafka)
+	ignored := kafkaenv.DropClassicOnly(cfg.Kafka)
 	cfg.BatchSize = min(cfg.BatchSize, MaxBatchSize)
 	if cfg.QueueSize < cfg.BatchSize {
 		cfg.QueueSize = cfg.BatchSize
@@ -158,6 +162,9 @@ func New(cfg Config, svc Service, client *ent.Client, db *sql.DB, opts Options) 
 		redact:        opts.Redact,
 		flushLog:      opts.FlushLog,
 		routes:        svc.Routes(),
+	}
+	for _, w := range ignored {
+		r.log.Warn().Msg(w)
 	}
 	r.commits = make(map[string]*atomic.Int64, len(r.routes))
 	for _, rt := range r.routes {
@@ -316,17 +323,17 @@ func (r *Runtime) Run(ctx context.Context) error {
 			return nil
 		}
 		if errors.Is(err, kafkaenv.ErrConfig) {
-			return &ConfigError{Var: "KAFKA_*", Err: err}
+			return &ConfigError{Var: kafkaenv.Variables(err, r.kafkaConfig(nil)), Err: err}
 		}
 		return err
 	}
 	cm := r.consumerConfig()
 	r.cooperative = cooperativeConfig(cm)
-	r.consumerProtocol = consumerProtocol(cm)
+	r.consumerProtocol = kafkaenv.ConsumerProtocol(cm)
 	r.static = staticMember(cm)
 	c, err := kafka.NewConsumer(&cm)
 	if err != nil {
-		return &ConfigError{Var: "KAFKA_*", Err: err}
+		return &ConfigError{Var: kafkaenv.Variables(err, r.kafkaConfig(nil)), Err: err}
 	}
 	r.consumer = c
 	closed := false
@@ -343,7 +350,7 @@ func (r *Runtime) Run(ctx context.Context) error {
 	defer stopCommitter()
 
 	if r.dlq, err = newDLQProducer(r.kafkaConfig(nil), r.svc, r.log); err != nil {
-		return &ConfigError{Var: "KAFKA_*", Err: err}
+		return &ConfigError{Var: kafkaenv.Variables(err, r.kafkaConfig(nil)), Err: err}
 	}
 	r.dlq.missing = func(n int) { r.m.dlqMissing.Set(float64(n)) }
 	defer r.dlq.close()
@@ -620,7 +627,7 @@ func (r *Runtime) partitions(topic string) (int, error) {
 // with a cooperative assignor.
 func cooperativeConfig(cm kafka.ConfigMap) bool {
 	strategy, _ := cm["partition.assignment.strategy"].(string)
-	return consumerProtocol(cm) || strings.Contains(strings.ToLower(strategy), "cooperative")
+	return kafkaenv.ConsumerProtocol(cm) || strings.Contains(strings.ToLower(strategy), "cooperative")
 }
 
 // staticMember reports a group.instance.id (KIP-345): the group keeps
@@ -633,12 +640,6 @@ func cooperativeConfig(cm kafka.ConfigMap) bool {
 func staticMember(cm kafka.ConfigMap) bool {
 	id, ok := cm["group.instance.id"]
 	return ok && id != nil && strings.TrimSpace(fmt.Sprint(id)) != ""
-}
-
-// consumerProtocol reports group.protocol=consumer (KIP-848).
-func consumerProtocol(cm kafka.ConfigMap) bool {
-	protocol, _ := cm["group.protocol"].(string)
-	return strings.EqualFold(strings.TrimSpace(protocol), "consumer")
 }
 
 // rebalance runs inside Poll, on the poll goroutine.

@@ -686,7 +686,11 @@ func TestMainExitsTwoOnBadConfigurationBeforeTouchingKafka(t *testing.T) {
 		"log level":              {"KAFKA_BOOTSTRAP_SERVERS=127.0.0.1:1", "DATABASE_URL=postgres://x/y", "LOG_LEVEL=loud"},
 		"duration":               {"KAFKA_BOOTSTRAP_SERVERS=127.0.0.1:1", "DATABASE_URL=postgres://x/y", "CONSUMER_DRAIN_TIMEOUT=soon"},
 		"unknown kafka property": {"KAFKA_BOOTSTRAP_SERVERS=127.0.0.1:1", "DATABASE_URL=postgres://x/y", "KAFKA_NO_SUCH_PROPERTY=1"},
+		"kafka property value":   {"KAFKA_BOOTSTRAP_SERVERS=127.0.0.1:1", "DATABASE_URL=postgres://x/y", "KAFKA_SESSION_TIMEOUT_MS=soon"},
+		"kafka property range":   {"KAFKA_BOOTSTRAP_SERVERS=127.0.0.1:1", "DATABASE_URL=postgres://x/y", "KAFKA_SESSION_TIMEOUT_MS=0"},
 	}
+	// A librdkafka property it refuses is named by its variable.
+	named := map[string]string{"unknown kafka property": "KAFKA_NO_SUCH_PROPERTY", "kafka property value": "KAFKA_SESSION_TIMEOUT_MS", "kafka property range": "KAFKA_SESSION_TIMEOUT_MS"}
 	for name, environ := range cases {
 		t.Run(name, func(t *testing.T) {
 			var stderr bytes.Buffer
@@ -698,6 +702,9 @@ func TestMainExitsTwoOnBadConfigurationBeforeTouchingKafka(t *testing.T) {
 			}
 			if lines := strings.Count(strings.TrimSpace(stderr.String()), "\n"); lines != 0 || !strings.Contains(stderr.String(), "configuration") {
 				t.Fatalf("want one line naming the variable, got %q", stderr.String())
+			}
+			if v := named[name]; v != "" && !strings.Contains(stderr.String(), "configuration: "+v+": ") {
+				t.Fatalf("want a line naming %s, got %q", v, stderr.String())
 			}
 		})
 	}

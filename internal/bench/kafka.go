@@ -30,6 +30,7 @@ func brokerOnly(ctx context.Context, brokers, group, topic string, n int, overri
 	for k, v := range overrides {
 		cm[k] = v
 	}
+	kafkaenv.DropClassicOnly(cm) // as the runtime leaves them out
 	cm["bootstrap.servers"] = brokers
 	cm["group.id"] = group
 	cm["enable.auto.offset.store"] = false

@@ -212,9 +212,11 @@ func Reset(ctx context.Context, o ResetOptions, out io.Writer) ([]Partition, err
 // topic was assigned to it, commits tps as a member and leaves the group.
 func commitAsMember(ctx context.Context, o ResetOptions, tps []kafka.TopicPartition, out io.Writer) ([]kafka.TopicPartition, error) {
 	c, err := kafka.NewConsumer(kafkaenv.Client(o.Brokers, kafka.ConfigMap{
-		"group.id":              o.Group,
-		"enable.auto.commit":    false,
-		"auto.offset.reset":     "earliest",
+		"group.id":           o.Group,
+		"enable.auto.commit": false,
+		"auto.offset.reset":  "earliest",
+		// The classic protocol's: kafkaenv.Client leaves them out under
+		// KAFKA_GROUP_PROTOCOL=consumer, where librdkafka refuses them.
 		"session.timeout.ms":    6000,
 		"heartbeat.interval.ms": 500,
 		"log.connection.close":  false,

@@ -138,6 +138,28 @@ func TestReset(t *testing.T) {
 
 }
 
+// Under KAFKA_GROUP_PROTOCOL=consumer (in any case), with the classic
+// protocol's settings still in the environment, the reset joins the group
+// and commits: its clients leave out the environment's classic settings
+// and the member's own session and heartbeat, which librdkafka refuses
+// under that protocol.
+func TestResetUnderTheConsumerProtocol(t *testing.T) {
+	// Not parallel: the clients read the process's environment.
+	t.Setenv("KAFKA_GROUP_PROTOCOL", "Consumer")
+	t.Setenv("KAFKA_SESSION_TIMEOUT_MS", "6000")
+	t.Setenv("KAFKA_HEARTBEAT_INTERVAL_MS", "500")
+	t.Setenv("KAFKA_PARTITION_ASSIGNMENT_STRATEGY", "cooperative-sticky")
+	kc := grouptest.NewTopic(t, kafkatest.NewCluster, 2)
+	var out bytes.Buffer
+	if _, err := Reset(context.Background(), ResetOptions{Brokers: kc.Bootstrap, Group: grouptest.Group, Topic: grouptest.Topic, Join: true}, &out); err != nil {
+		t.Fatalf("reset --join: %v\n%s", err, out.String())
+	}
+	if !strings.Contains(out.String(), "done: group "+grouptest.Group) {
+		t.Errorf("the output does not say the reset is done:\n%s", out.String())
+	}
+	grouptest.WantCommitted(t, kc, 0)
+}
+
 // The mock cluster does not implement DescribeGroups: the decision on a
 // description is tested on its own.
 func TestMembersOf(t *testing.T) {

@@ -12,9 +12,13 @@ import (
 // Client is the configuration of one of pinctl's Kafka clients: the
 // KAFKA_* variables of the process's environment (security.protocol,
 // sasl.*, ssl.*, …, as the consumers read them), bootstrap.servers =
-// brokers, and own, the client's own settings, which win.
+// brokers, and own, the client's own settings, which win. Under
+// group.protocol=consumer the classic protocol's settings, the
+// environment's and own's, are left out (DropClassicOnly): librdkafka
+// refuses them there.
 func Client(brokers string, own kafka.ConfigMap) *kafka.ConfigMap {
 	cm := FromEnv(os.Environ()).Map(brokers, own)
+	DropClassicOnly(cm)
 	return &cm
 }
 

@@ -86,6 +86,68 @@ func (c Config) Map(brokers string, extra kafka.ConfigMap) kafka.ConfigMap {
 	return cm
 }
 
+// Variable is the KAFKA_* variable of a librdkafka property
+// (session.timeout.ms → KAFKA_SESSION_TIMEOUT_MS).
+func Variable(prop string) string {
+	return "KAFKA_" + strings.ToUpper(strings.ReplaceAll(prop, ".", "_"))
+}
+
+// ConsumerProtocol reports group.protocol=consumer (KIP-848), the value
+// matched as librdkafka matches it: case-insensitively.
+func ConsumerProtocol(cm kafka.ConfigMap) bool {
+	protocol, _ := cm["group.protocol"].(string)
+	return strings.EqualFold(protocol, "consumer")
+}
+
+// classicOnly are the consumer properties librdkafka (2.11,
+// rd_kafka_conf_finalize) refuses under group.protocol=consumer when they
+// are set at all, even to their defaults, each with what applies instead.
+var classicOnly = []struct{ prop, instead string }{
+	{"group.protocol.type", "it is the classic protocol's"},
+	{"heartbeat.interval.ms", "the broker's group.consumer.heartbeat.interval.ms applies"},
+	{"partition.assignment.strategy", "the broker assigns the partitions (KAFKA_GROUP_REMOTE_ASSIGNOR names its assignor)"},
+	{"session.timeout.ms", "the broker's group.consumer.session.timeout.ms applies"},
+}
+
+// DropClassicOnly deletes from cm, when it chooses group.protocol=consumer,
+// the classic protocol's properties, which librdkafka refuses under it (a
+// consumer would not start). It returns one line for each it deleted,
+// naming its variable and why it is ignored.
+func DropClassicOnly(cm kafka.ConfigMap) []string {
+	if !ConsumerProtocol(cm) {
+		return nil
+	}
+	var ignored []string
+	for _, c := range classicOnly {
+		if _, set := cm[c.prop]; set {
+			delete(cm, c.prop)
+			ignored = append(ignored, fmt.Sprintf("%s is ignored under group.protocol=consumer: %s", Variable(c.prop), c.instead))
+		}
+	}
+	return ignored
+}
+
+// quoted matches a property a librdkafka configuration error names:
+// "session.timeout.ms" or `session.timeout.ms`.
+var quoted = regexp.MustCompile("[\"`]([a-z0-9_.]+)[\"`]")
+
+// Variables names the variables behind a configuration librdkafka refuses
+// (err): those of the properties err names that set (a configuration
+// built from the environment) holds, joined by ", "; "KAFKA_*" when it
+// names none of them.
+func Variables(err error, set kafka.ConfigMap) string {
+	var vars []string
+	for _, m := range quoted.FindAllStringSubmatch(err.Error(), -1) {
+		if _, ok := set[m[1]]; ok && !slices.Contains(vars, Variable(m[1])) {
+			vars = append(vars, Variable(m[1]))
+		}
+	}
+	if len(vars) == 0 {
+		return "KAFKA_*"
+	}
+	return strings.Join(vars, ", ")
+}
+
 // value types a KAFKA_* value: librdkafka takes every property as a string,
 // but confluent-kafka-go's own go.* properties must be ints or bools.
 func value(prop, v string) kafka.ConfigValue {

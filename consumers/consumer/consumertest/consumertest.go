@@ -84,7 +84,8 @@ func Start(t testing.TB, brokers, dbURL string, build func(prometheus.Registerer
 	}
 	if o.Kafka["group.protocol"] == "consumer" {
 		// KIP-848: the broker owns the session and the heartbeats;
-		// librdkafka refuses these two under the consumer protocol.
+		// librdkafka refuses these two under the consumer protocol (the
+		// runtime would leave them out, with a warning each).
 		delete(km, "session.timeout.ms")
 		delete(km, "heartbeat.interval.ms")
 	}
