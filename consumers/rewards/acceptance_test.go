@@ -183,10 +183,10 @@ func TestAC4_VersionNotAboveReplicaVersionIsSkippedStale(t *testing.T) {
 }
 
 // AC5: a bond-closed redelivered on a Replaced/Revoked row is
-// skipped-already-closed and acked. The same message again is a duplicate
-// (the mark), the same Version again is stale (the version guard, which the
-// spec checks first); a re-published closed with a higher Version reaches
-// the terminality guard.
+// skipped-already-closed and acked, whatever its Version: the closed
+// published again (a new MessageId, the Version that closed the row), and
+// with a higher Version or another status. The same message again is a
+// duplicate (the mark).
 func TestAC5_RedeliveredClosedOnTerminalRowIsSkippedAlreadyClosed(t *testing.T) {
 	e := newEnv(t)
 	b := newBond(uuid.New())
@@ -203,7 +203,7 @@ func TestAC5_RedeliveredClosedOnTerminalRowIsSkippedAlreadyClosed(t *testing.T) 
 	e.waitCommitted()
 	checkRow(t, e.row(b.ID), b, "Revoked", 2, baseTime.Add(time.Minute))
 	for ev, want := range map[*event]string{&r: "closed", &republished: "skipped-already-closed",
-		&otherStatus: "skipped-already-closed", &sameVersion: "skipped-stale"} {
+		&otherStatus: "skipped-already-closed", &sameVersion: "skipped-already-closed"} {
 		if got := e.outcome(*ev); got != want {
 			t.Errorf("outcome = %q, want %s", got, want)
 		}
@@ -214,8 +214,11 @@ func TestAC5_RedeliveredClosedOnTerminalRowIsSkippedAlreadyClosed(t *testing.T) 
 	if n := e.Run.Counter("pin_consumer_messages_total", map[string]string{"outcome": "skipped-duplicate"}); n != 1 {
 		t.Errorf("skipped-duplicate messages = %v, want 1", n)
 	}
-	if n := len(e.Logs.Find("skipped-already-closed", nil)); n != 2 {
-		t.Errorf("%d log lines 'skipped-already-closed', want 2", n)
+	if n := len(e.Logs.Find("skipped-already-closed", nil)); n != 3 {
+		t.Errorf("%d log lines 'skipped-already-closed', want 3", n)
+	}
+	if n := e.Run.Counter(MetricStaleEvents, nil); n != 0 {
+		t.Errorf("rewards_bond_replica_stale_events_total = %v, want 0: a closed on a terminal row is not stale", n)
 	}
 	e.AwaitDLQ(0)
 }

@@ -90,17 +90,28 @@ func (a Action) String() string {
 // Decide is step 3–4 of the spec: the replica row (nil when there is none)
 // and an event give the action. It needs no database.
 //
-// The version guard comes first for an existing row, as in the spec: an
-// event whose Version is not above replica_version is skipped as stale
-// whatever the row's status. A row whose status is unknown (stored as it
-// came from a bond-closed) is not Active: a bond-created never re-activates
-// it (fail closed), while a newer bond-closed may still set a status on it.
+// A bond-closed on a Replaced or Revoked row is skipped as already closed
+// whatever its Version (BND-4): the contract allows one closed per bond,
+// so such a closed is that one again, re-published (a redelivery of the
+// same message is a duplicate by its mark before this), and the original
+// spec's acceptance criterion says skipped-already-closed for it. Taking
+// the version guard first made that criterion unreachable: a closed
+// published again carries the Version that closed the row, which the guard
+// calls stale. Otherwise the version guard comes first for an existing
+// row, as in the spec: an event whose Version is not above replica_version
+// is skipped as stale whatever the row's status. A row whose status is
+// unknown (stored as it came from a bond-closed) is not Active: a
+// bond-created never re-activates it (fail closed), while a newer
+// bond-closed may still set a status on it.
 func Decide(row *Row, ev Event) Action {
 	if row == nil {
 		if ev.Type == BondCreatedEvent {
 			return ActionInsert
 		}
 		return ActionOrphan
+	}
+	if ev.Type == BondClosedEvent && row.Status.Terminal() {
+		return ActionSkipAlreadyClosed
 	}
 	if ev.Version <= row.ReplicaVersion {
 		return ActionSkipStale
@@ -110,9 +121,6 @@ func Decide(row *Row, ev Event) Action {
 			return ActionUpdate
 		}
 		return ActionInvalidTerminal
-	}
-	if row.Status.Terminal() {
-		return ActionSkipAlreadyClosed
 	}
 	if ev.ReferredUserID != row.ReferredUserID {
 		return ActionReferredMismatch

@@ -49,21 +49,21 @@ func TestDecide(t *testing.T) {
 		}},
 		{state: "replaced", status: StatusReplaced, want: expect{
 			created: [3]Action{stale, stale, ActionInvalidTerminal},
-			closed:  [3]Action{stale, stale, ActionSkipAlreadyClosed},
+			closed:  [3]Action{ActionSkipAlreadyClosed, ActionSkipAlreadyClosed, ActionSkipAlreadyClosed},
 		}, wantMismatch: &expect{
 			created: [3]Action{stale, stale, ActionInvalidTerminal},
-			closed:  [3]Action{stale, stale, ActionSkipAlreadyClosed},
+			closed:  [3]Action{ActionSkipAlreadyClosed, ActionSkipAlreadyClosed, ActionSkipAlreadyClosed},
 		}},
 		{state: "revoked", status: StatusRevoked, want: expect{
 			created: [3]Action{stale, stale, ActionInvalidTerminal},
-			closed:  [3]Action{stale, stale, ActionSkipAlreadyClosed},
+			closed:  [3]Action{ActionSkipAlreadyClosed, ActionSkipAlreadyClosed, ActionSkipAlreadyClosed},
 		}, wantMismatch: &expect{
 			created: [3]Action{stale, stale, ActionInvalidTerminal},
-			closed:  [3]Action{stale, stale, ActionSkipAlreadyClosed},
+			closed:  [3]Action{ActionSkipAlreadyClosed, ActionSkipAlreadyClosed, ActionSkipAlreadyClosed},
 		}},
 		{state: "revoked-uppercase", status: "REVOKED", want: expect{
 			created: [3]Action{stale, stale, ActionInvalidTerminal},
-			closed:  [3]Action{stale, stale, ActionSkipAlreadyClosed},
+			closed:  [3]Action{ActionSkipAlreadyClosed, ActionSkipAlreadyClosed, ActionSkipAlreadyClosed},
 		}},
 		// An unknown status came from a bond-closed: not Active, so a
 		// created never re-activates it (fail closed); not one of the

@@ -174,7 +174,12 @@ func FuzzDecide(f *testing.F) {
 			}
 			return
 		}
-		if ev.Version <= row.ReplicaVersion && a != ActionSkipStale {
+		if closed && row.Status.Terminal() {
+			// BND-4: the bond's one closed again, whatever its Version.
+			if a != ActionSkipAlreadyClosed {
+				t.Fatalf("closed on a terminal row %+v: %s, want %s", *row, a, ActionSkipAlreadyClosed)
+			}
+		} else if ev.Version <= row.ReplicaVersion && a != ActionSkipStale {
 			t.Fatalf("Version %d ≤ replica_version %d: %s, want %s", ev.Version, row.ReplicaVersion, a, ActionSkipStale)
 		}
 		after := row.Status // the row's status once the action is applied

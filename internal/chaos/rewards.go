@@ -111,10 +111,10 @@ func modelRewards(recs []record) *rewardsExpect {
 			case !ok:
 				x.deadLetter(r, rewardsOrphan, key)
 				continue
+			case terminalStatus(row.status): // BND-4, whatever the Version
+				x.mark(r, key, outAlreadyClosed)
 			case b.version <= row.version:
 				x.mark(r, key, outStale)
-			case terminalStatus(row.status):
-				x.mark(r, key, outAlreadyClosed)
 			case b.referred != row.referred:
 				x.deadLetter(r, rewardsInvalid, key)
 				continue
