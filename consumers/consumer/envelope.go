@@ -26,15 +26,20 @@ type Envelope struct {
 	Payload         json.RawMessage
 
 	problem error // a member that could not be read (see Problem)
+	// eventTypeJSON is an EventType that is present but not a JSON string
+	// (42, {"a":1}, true), as it came; EventType is then "". No route
+	// takes it: it is an unknown EventType, logged as this text.
+	eventTypeJSON json.RawMessage
 }
 
 // DecodeEnvelope reads a message value. A value that is not a JSON object, a
-// tombstone, or an envelope without a valid MessageId (or with an EventType
-// that is not a string, so that it cannot be routed) is an
+// tombstone, or an envelope without a valid MessageId is an
 // EVENT_ENVELOPE_INVALID error. Any other member that cannot be read leaves
-// the envelope readable: ContractVersion becomes 0 (a mismatch, warned about)
-// and a CreatedAt that is not RFC 3339 is reported by Problem, which the
-// runtime dead-letters with the service's own invalid code.
+// the envelope readable: an EventType that is not a string is one no route
+// takes (skipped as unknown, its JSON text logged: docs/contract.md §4.3),
+// ContractVersion becomes 0 (a mismatch, warned about) and a CreatedAt that
+// is not RFC 3339 is reported by Problem, which the runtime dead-letters
+// with the service's own invalid code.
 func DecodeEnvelope(value []byte) (Envelope, error) {
 	v := bytes.TrimSpace(value)
 	if value == nil {
@@ -69,7 +74,7 @@ func DecodeEnvelope(value []byte) (Envelope, error) {
 	e.MessageID = parsed
 	if raw := w.EventType; raw != nil && !isNull(raw) {
 		if e.EventType, ok = jsonString(raw); !ok {
-			return Envelope{}, EnvelopeInvalid.Errorf("EventType %s is not a string", Cut(string(raw)))
+			e.eventTypeJSON = raw // unknown: skipped, as a string no route takes
 		}
 	}
 	if raw := w.ContractVersion; raw != nil && !isNull(raw) {
@@ -235,6 +240,16 @@ func jsonString(raw json.RawMessage) (string, bool) {
 
 // Problem reports a member of a readable envelope that could not be read.
 func (e Envelope) Problem() error { return e.problem }
+
+// loggedEventType is the EventType as log lines and span attributes carry
+// it, cut (Cut): the string, or the JSON text of an EventType that is not
+// one.
+func (e Envelope) loggedEventType() string {
+	if e.eventTypeJSON != nil {
+		return Cut(string(e.eventTypeJSON))
+	}
+	return Cut(e.EventType)
+}
 
 func isNull(raw json.RawMessage) bool { return bytes.Equal(bytes.TrimSpace(raw), []byte("null")) }
 

@@ -67,8 +67,17 @@ func TestDecodeEnvelopeIsLenientBeyondMessageId(t *testing.T) {
 			}
 		})
 	}
-	if _, err := DecodeEnvelope([]byte(`{` + id + `,"EventType":7}`)); err == nil {
-		t.Fatal("an EventType that is not a string cannot be routed: envelope invalid")
+	// An EventType that is not a string is one no route takes (skipped as
+	// unknown, docs/contract.md §4.3): the envelope is readable, its
+	// EventType empty, its JSON text what the log line carries.
+	for raw, logged := range map[string]string{`7`: `7`, `{"a":1}`: `{"a":1}`, `[ true ]`: `[ true ]`, `false`: `false`} {
+		e, err := DecodeEnvelope([]byte(`{` + id + `,"EventType":` + raw + `}`))
+		if err != nil || e.EventType != "" || e.loggedEventType() != logged || e.Problem() != nil {
+			t.Fatalf("EventType %s: %+v, logged %q, %v; want readable, EventType \"\", logged %q", raw, e, e.loggedEventType(), err, logged)
+		}
+	}
+	if e, err := DecodeEnvelope([]byte(`{` + id + `,"EventType":null}`)); err != nil || e.EventType != "" || e.loggedEventType() != "" {
+		t.Fatalf("EventType null (as missing): %+v, %v", e, err)
 	}
 	e, err := DecodeEnvelope([]byte(`{` + id + `,"EventType":"pin.a\u0062c","AggregateType":"L\"x","CreatedAt":"2026-11-30T10:00:00.5+01:00"}`))
 	if err != nil || e.EventType != "pin.abc" || e.AggregateType != `L"x` || !e.CreatedAt.Equal(time.Date(2026, 11, 30, 9, 0, 0, 5e8, time.UTC)) {

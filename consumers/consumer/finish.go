@@ -37,6 +37,9 @@ func (r *Runtime) finish(it *item, err error) {
 		it.span.SetStatus(codes.Error, r.redact(err.Error()))
 	case it.outcome == SkippedUnknownEventType:
 		ev = r.logFor(it).Warn()
+		if it.msg.eventTypeJSON != nil { // its EventType field holds the JSON text
+			ev = ev.Str("reason", "EventType is not a JSON string")
+		}
 	case err != nil: // parked: the reason it waits
 		ev = r.logFor(it).Info().Str("reason", err.Error())
 	default:

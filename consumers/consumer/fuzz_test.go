@@ -19,9 +19,10 @@ import (
 // FuzzDecodeEnvelope: whatever a Kafka value holds, DecodeEnvelope does not
 // panic, and either refuses it with EVENT_ENVELOPE_INVALID and no other
 // code, or returns an envelope the runtime can route and log — a non-nil
-// MessageId, an EventType in valid UTF-8 whose logged and stored forms stay
-// within their bounds, a Payload that is JSON or absent — and whose
-// members, encoded again, decode to the same envelope.
+// MessageId, an EventType in valid UTF-8 (or the JSON of one that is not a
+// string) whose logged and stored forms stay within their bounds, a
+// Payload that is JSON or absent — and whose members, encoded again,
+// decode to the same envelope.
 func FuzzDecodeEnvelope(f *testing.F) {
 	f.Fuzz(func(t *testing.T, value []byte) {
 		if v := bytes.TrimSpace(value); len(v) > 0 && v[0] == '{' {
@@ -40,7 +41,7 @@ func FuzzDecodeEnvelope(f *testing.F) {
 		if again.Problem() != nil {
 			t.Fatalf("the re-encoded envelope has a problem: %v", again.Problem())
 		}
-		if again.MessageID != e.MessageID || again.EventType != e.EventType || again.ContractVersion != e.ContractVersion ||
+		if again.MessageID != e.MessageID || again.EventType != e.EventType || !bytes.Equal(again.eventTypeJSON, e.eventTypeJSON) || again.ContractVersion != e.ContractVersion ||
 			!again.CreatedAt.Equal(e.CreatedAt) || again.AggregateID != e.AggregateID || again.AggregateType != e.AggregateType ||
 			!bytes.Equal(again.Payload, e.Payload) || (again.Payload == nil) != (e.Payload == nil) {
 			t.Fatalf("round trip changed the envelope:\n first %+v\n again %+v", e, again)
@@ -62,7 +63,10 @@ func checkEnvelope(t *testing.T, e Envelope) {
 	// The log line carries at most ProducerTextLimit bytes of the
 	// EventType and a marker; a parked row stores it cleaned (no NUL,
 	// valid UTF-8, at most 2,000 bytes).
-	if lg := Cut(e.EventType); !utf8.ValidString(lg) || len(lg) > ProducerTextLimit+len("…(+1000000000 bytes)") {
+	if e.eventTypeJSON != nil && (e.EventType != "" || !json.Valid(e.eventTypeJSON)) {
+		t.Fatalf("EventType %q not a string, but read as %q", e.eventTypeJSON, e.EventType)
+	}
+	if lg := e.loggedEventType(); !utf8.ValidString(lg) || len(lg) > ProducerTextLimit+len("…(+1000000000 bytes)") {
 		t.Fatalf("logged EventType %q: not valid UTF-8 or longer than the limit", lg)
 	}
 	if st := cleanText(e.EventType); !utf8.ValidString(st) || strings.ContainsRune(st, 0) || len(st) > 2000+len("…") {
@@ -90,7 +94,11 @@ func encodeEnvelope(t *testing.T, e Envelope) []byte {
 	}
 	var b strings.Builder
 	b.WriteString(`{"MessageId":` + str(e.MessageID.String()))
-	b.WriteString(`,"EventType":` + str(e.EventType))
+	if e.eventTypeJSON != nil { // as it came
+		b.WriteString(`,"EventType":` + string(e.eventTypeJSON))
+	} else {
+		b.WriteString(`,"EventType":` + str(e.EventType))
+	}
 	b.WriteString(`,"ContractVersion":` + strconv.Itoa(e.ContractVersion))
 	if !e.CreatedAt.IsZero() {
 		at, err := e.CreatedAt.MarshalJSON()

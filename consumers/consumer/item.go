@@ -57,7 +57,7 @@ func (r *Runtime) prepare(km *kafka.Message, at time.Time) *item {
 	if it.msg != nil && it.span.IsRecording() { // not built for a tracer that is off
 		it.span.SetAttributes(
 			attribute.String("messaging.message.id", it.id),
-			attribute.String("pin.event_type", Cut(it.msg.EventType)))
+			attribute.String("pin.event_type", it.msg.loggedEventType()))
 	}
 	if r.log.GetLevel() <= zerolog.DebugLevel { // not the message's logger built for a line that is off
 		r.logFor(it).Debug().Msg("consumed")
@@ -110,7 +110,7 @@ func (r *Runtime) logFor(it *item) *zerolog.Logger {
 		Int32("partition", it.km.TopicPartition.Partition).
 		Int64("offset", int64(it.km.TopicPartition.Offset))
 	if it.msg != nil { // a producer's EventType may be anything: cut
-		l = l.Str("MessageId", it.id).Str("EventType", Cut(it.msg.EventType))
+		l = l.Str("MessageId", it.id).Str("EventType", it.msg.loggedEventType())
 	}
 	lg := l.Logger()
 	if it.msg != nil || it.decodeErr != nil { // decoded (or not decodable): final

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"net"
 	"net/http"
 	"net/url"
@@ -589,6 +590,72 @@ func TestUnknownEventTypeIsSkippedAndContractMismatchProceeds(t *testing.T) {
 	}
 	if n := e.cluster.Count(t, probeDLQ); n != 0 {
 		t.Fatalf("DLQ holds %d", n)
+	}
+}
+
+// An EventType that is present but not a JSON string is an EventType no
+// route takes (docs/contract.md §4.3), not an unreadable envelope: skipped
+// as a string one no route takes is — the same warning (its JSON text as
+// the EventType, cut as any producer's text), counted under "unknown",
+// acknowledged, no mark, never the DLQ.
+func TestAnEventTypeThatIsNotAStringIsSkippedAsUnknown(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	leadID := e.lead()
+	huge := `["` + strings.Repeat("x", 300) + `"]`                        // logged cut
+	eventTypes := []string{`"test.other"`, `42`, `{"a":1}`, `true`, huge} // the first a string no route takes
+	ids := map[string]string{}                                            // MessageId → EventType as it came
+	for _, et := range eventTypes {
+		id := uuid.NewString()
+		ids[id] = et
+		e.produce(0, []byte(`{"MessageId":"`+id+`","EventType":`+et+`,"ContractVersion":1,"Payload":{"LeadId":"`+leadID.String()+`"}}`))
+	}
+	_, ok := envelope(leadID, "")
+	e.produce(0, ok) // after them: the partition goes on
+	var logs consumertest.LogBuffer
+	logger := zerolog.New(&logs)
+	r := consumertest.Start(t, e.cluster.Bootstrap, e.url, probeService(long...), consumertest.Options{Logger: &logger})
+	e.waitCommitted(int64(len(eventTypes) + 1))
+	n := float64(len(eventTypes))
+	if got := r.Counter("pin_consumer_unknown_event_types_total", map[string]string{"event_type": consumer.UnknownEventType}); got != n {
+		t.Errorf("unknown_event_types_total{event_type=unknown} = %v, want %v", got, n)
+	}
+	if got := r.Counter("pin_consumer_messages_total", map[string]string{"event_type": consumer.UnknownEventType, "outcome": string(consumer.SkippedUnknownEventType)}); got != n {
+		t.Errorf("messages_total{unknown,skipped-unknown-event-type} = %v, want %v", got, n)
+	}
+	if got := r.Counter("pin_consumer_dlq_total", nil); got != 0 {
+		t.Errorf("dlq_total = %v, want 0", got)
+	}
+	if got := e.cluster.Count(t, probeDLQ); got != 0 {
+		t.Errorf("DLQ holds %d, want none", got)
+	}
+	if got := e.count(`SELECT count(*) FROM processed_messages`); got != 1 {
+		t.Errorf("processed_messages = %d, want 1 (the probe event's; a skipped message leaves no mark)", got)
+	}
+	if got := e.events(leadID); got != 1 {
+		t.Errorf("lead_events = %d, want 1", got)
+	}
+	lines := logs.Lines(func(l map[string]any) bool {
+		_, ok := ids[fmt.Sprint(l["MessageId"])]
+		return ok && l["message"] != "consumed"
+	})
+	if len(lines) != len(eventTypes) {
+		t.Fatalf("%d log lines of the skipped messages, want one each: %v", len(lines), lines)
+	}
+	for _, l := range lines {
+		et := ids[l["MessageId"].(string)]
+		want := consumer.Cut(et)
+		reason := "EventType is not a JSON string"
+		if et[0] == '"' { // a string: its text
+			want, reason = strings.Trim(et, `"`), ""
+		}
+		if got, _ := l["reason"].(string); got != reason {
+			t.Errorf("EventType %.40s: reason %q, want %q", et, got, reason)
+		}
+		if l["level"] != "warn" || l["message"] != string(consumer.SkippedUnknownEventType) ||
+			l["outcome"] != string(consumer.SkippedUnknownEventType) || l["EventType"] != want || l["code"] != nil {
+			t.Errorf("EventType %.40s: line %v; want a warning %s with EventType %q and no code", et, l, consumer.SkippedUnknownEventType, want)
+		}
 	}
 }
 

@@ -3,6 +3,8 @@ package rewards
 import (
 	"bytes"
 	"encoding/json"
+	"maps"
+	"slices"
 	"strings"
 	"testing"
 
@@ -33,19 +35,21 @@ func TestHugeProducerStringsMakeBoundedLogLinesAndReasons(t *testing.T) {
 		return v
 	}
 	values := map[string][]byte{
-		"MessageId not a UUID":   raw(func(m map[string]any) { m["MessageId"] = huge }),
-		"EventType not a string": raw(func(m map[string]any) { m["EventType"] = []string{huge} }),
+		"MessageId not a UUID": raw(func(m map[string]any) { m["MessageId"] = huge }),
 		"BondId not a UUID": raw(func(m map[string]any) {
 			m["MessageId"] = uuid.NewString()
 			m["Payload"].(map[string]any)["BondId"] = huge
 		}),
 	}
-	unknown := raw(func(m map[string]any) { m["MessageId"], m["EventType"] = uuid.NewString(), huge }) // skipped, logged
+	unknown := [][]byte{ // skipped, logged: a string no route takes, and the JSON text of one that is not a string
+		raw(func(m map[string]any) { m["MessageId"], m["EventType"] = uuid.NewString(), huge }),
+		raw(func(m map[string]any) { m["MessageId"], m["EventType"] = uuid.NewString(), []string{huge} }),
+	}
 	var msgs []kafkatest.Message
-	for _, v := range values {
+	for _, v := range append(slices.Collect(maps.Values(values)), unknown...) {
 		msgs = append(msgs, kafkatest.Message{Partition: -1, Key: []byte(good.key), Value: v})
 	}
-	e.Produce(append(msgs, kafkatest.Message{Partition: -1, Key: []byte(good.key), Value: unknown})...)
+	e.Produce(msgs...)
 	e.start()
 	dlq := e.AwaitDLQ(len(values))
 	e.waitCommitted()
@@ -64,12 +68,21 @@ func TestHugeProducerStringsMakeBoundedLogLinesAndReasons(t *testing.T) {
 		}
 	}
 	lines := strings.Split(strings.TrimSpace(e.Logs.String()), "\n")
-	if len(lines) < len(values)+1 {
+	if len(lines) < len(values)+len(unknown) {
 		t.Fatalf("%d log lines, want one per message at least", len(lines))
 	}
 	for _, l := range lines {
 		if len(l) > maxLine {
 			t.Errorf("a log line of %d bytes (want at most %d): %.300s", len(l), maxLine, l)
+		}
+	}
+	skipped := e.Logs.Find("skipped-unknown-event-type", nil)
+	if len(skipped) != len(unknown) {
+		t.Fatalf("%d skipped-unknown-event-type lines, want %d", len(skipped), len(unknown))
+	}
+	for _, l := range skipped {
+		if et, _ := l["EventType"].(string); !strings.Contains(et, "…(+") {
+			t.Errorf("skipped with EventType %.300q: want it cut with a marker", et)
 		}
 	}
 }
