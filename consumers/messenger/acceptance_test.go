@@ -3,8 +3,10 @@ package messenger
 import (
 	"context"
 	"slices"
+	"strings"
 	"sync/atomic"
 	"testing"
+	"unicode/utf8"
 
 	"github.com/confluentinc/confluent-kafka-go/v2/kafka"
 	"github.com/google/uuid"
@@ -725,5 +727,47 @@ func TestAC13_UnknownChangeTypeAndRoleConverge(t *testing.T) {
 	}
 	if len(types) != 2 || types[a] != EventParticipantRoleChanged || types[c] != EventParticipantJoined {
 		t.Fatalf("facts of v3 by user %v", types)
+	}
+}
+
+// An unknown Role is stored as it came as long as the column holds it:
+// varchar(32) counts characters (code points), not bytes. A role of 32
+// Cyrillic characters (64 bytes) is stored byte for byte; one of 33 is
+// MSG_LEAD_PARTICIPANTS_INVALID in the DLQ, at the first attempt.
+func TestAnUnknownRoleFitsTheColumnInCharactersNotBytes(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, consumertest.Options{})
+	lead, a, observer := uuid.New(), uuid.New(), uuid.New()
+	chatID := e.provision(lead)
+	role32 := "Внешнийнаблюдатель" + strings.Repeat("ё", 14) // 32 characters, 64 bytes
+	role33 := role32 + "ь"
+	if n := utf8.RuneCountInString(role32); n != 32 || len(role32) != 64 {
+		t.Fatalf("role32 has %d characters, %d bytes", n, len(role32))
+	}
+
+	v1 := newEv(lead, 1, member{a, RoleExecutor}, member{observer, role32})
+	v2 := newEv(lead, 2, member{a, RoleExecutor}, member{observer, role33})
+	tps := e.produce(v1, v2)
+	e.awaitOutcome(v1.ID, Synced)
+	dl := e.AwaitDLQ(1)[0]
+	e.CheckDeadLetter(t, dl, v2.message(), tps[1], CodeInvalid.Name, 1)
+	if r := kafkatest.Header(dl, "x-dlq-reason"); !strings.Contains(r, "Role is longer than 32 characters") {
+		t.Errorf("x-dlq-reason %q, want it to name the Role longer than 32 characters", r)
+	}
+	e.awaitCommitted(tps...)
+
+	checkActive(t, e.DB, chatID, member{a, RoleExecutor}, member{observer, role32})
+	joined := false
+	for _, x := range e.eventsOfMessage(chatID, v1.ID) {
+		joined = joined || (x.UserID == observer && x.Type == EventParticipantJoined && x.Role == role32)
+	}
+	if !joined {
+		t.Fatalf("facts of v1 %+v, want the observer Joined with its role as it came", e.eventsOfMessage(chatID, v1.ID))
+	}
+	if got := e.logged("unknown role", map[string]any{"level": "warn", "LeadId": lead.String(), "UserId": observer.String(), "Role": role32}); len(got) == 0 {
+		t.Fatalf("no warning for the unknown role")
+	}
+	if got := e.outcome(v2.ID); got != "" {
+		t.Fatalf("dead-lettered message has a mark (%q)", got)
 	}
 }

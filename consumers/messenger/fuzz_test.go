@@ -116,11 +116,11 @@ func checkSnapshot(t *testing.T, s snapshot) {
 }
 
 // checkRole asserts a role a row can hold: chat_participants.role and
-// chat_events.role are non-empty varchar(32) text.
+// chat_events.role are non-empty varchar(32) text (32 characters).
 func checkRole(t *testing.T, role string) {
 	t.Helper()
-	if strings.TrimSpace(role) == "" || len(role) > maxRoleLen || !utf8.ValidString(role) || strings.ContainsRune(role, 0) {
-		t.Fatalf("role %q: blank, longer than %d bytes, not UTF-8 or with a NUL", role, maxRoleLen)
+	if strings.TrimSpace(role) == "" || utf8.RuneCountInString(role) > maxRoleLen || !utf8.ValidString(role) || strings.ContainsRune(role, 0) {
+		t.Fatalf("role %q: blank, longer than %d characters, not UTF-8 or with a NUL", role, maxRoleLen)
 	}
 }
 

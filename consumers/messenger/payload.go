@@ -4,6 +4,7 @@ import (
 	"errors"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/google/uuid"
 
@@ -65,7 +66,9 @@ var knownChangeTypes = []string{
 	ChangeAdded, ChangeRemoved, ChangeRoleChanged, ChangeExecutorChanged, ChangeResponsibleChanged,
 }
 
-// maxRoleLen is the width of the role columns (varchar(32)).
+// maxRoleLen is the width of the role columns (varchar(32)), in
+// characters as PostgreSQL counts them (code points): a role is measured
+// with utf8.RuneCountInString, never in bytes.
 const maxRoleLen = 32
 
 // MaxParticipants caps ActiveParticipants and Participants: a lead's chat
@@ -114,7 +117,7 @@ type snapshot struct {
 //
 // Decisions beyond the spec's list, all on the side of never writing a
 // wrong fact: a member without a Role, or with one longer than the column
-// (32), is invalid; ChangedAt is required because it becomes the feed's
+// (32 characters), is invalid; ChangedAt is required because it becomes the feed's
 // occurred_at. Participants (the delta) is required, as the original spec
 // marks it, and so is every entry's UserId; the list may be empty.
 func validate(p payload) (snapshot, error) {
@@ -148,8 +151,8 @@ func validate(p payload) (snapshot, error) {
 		if strings.TrimSpace(ap.Role) == "" {
 			return s, CodeInvalid.Errorf("ActiveParticipants[%d].Role is missing", i)
 		}
-		if len(ap.Role) > maxRoleLen {
-			return s, CodeInvalid.Errorf("ActiveParticipants[%d].Role is longer than %d bytes", i, maxRoleLen)
+		if utf8.RuneCountInString(ap.Role) > maxRoleLen {
+			return s, CodeInvalid.Errorf("ActiveParticipants[%d].Role is longer than %d characters", i, maxRoleLen)
 		}
 		role, known := canonicalRole(ap.Role)
 		if j, dup := byUser[ap.UserID]; dup {

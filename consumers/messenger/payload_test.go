@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"strings"
 	"testing"
+	"unicode/utf8"
 
 	"github.com/pin-platform/pin/consumers/consumer"
 )
@@ -46,7 +47,8 @@ func TestDecode(t *testing.T) {
 		{"a member with an empty UserId", `{` + lead + `,` + at + `,"ActiveParticipants":[{"UserId":"","Role":"Executor"}],"Version":1}`},
 		{"a member with the nil UserId", `{` + lead + `,` + at + `,"ActiveParticipants":[{"UserId":"00000000-0000-0000-0000-000000000000","Role":"Executor"}],"Version":1}`},
 		{"a member without Role", `{` + lead + `,` + at + `,"ActiveParticipants":[{"UserId":"00000000-0000-0000-0000-000000000001"}],"Version":1}`},
-		{"a member with a Role of 33 bytes", `{` + lead + `,` + at + `,"ActiveParticipants":[{"UserId":"00000000-0000-0000-0000-000000000001","Role":"` + strings.Repeat("R", 33) + `"}],"Version":1}`},
+		{"a member with a Role of 33 characters", `{` + lead + `,` + at + `,"ActiveParticipants":[{"UserId":"00000000-0000-0000-0000-000000000001","Role":"` + strings.Repeat("R", 33) + `"}],"Version":1}`},
+		{"a member with a Role of 33 two-byte characters", `{` + lead + `,` + at + `,"ActiveParticipants":[{"UserId":"00000000-0000-0000-0000-000000000001","Role":"` + strings.Repeat("Ж", 33) + `"}],"Version":1}`},
 		{"a Role that is a number", `{` + lead + `,` + at + `,"ActiveParticipants":[{"UserId":"00000000-0000-0000-0000-000000000001","Role":3}],"Version":1}`},
 		{"the same user twice with different roles", `{` + lead + `,` + at + `,"ActiveParticipants":[{"UserId":"00000000-0000-0000-0000-000000000001","Role":"Executor"},{"UserId":"00000000-0000-0000-0000-000000000001","Role":"Lawyer"}],"Version":1}`},
 		{"Participants not a list", valid(`"Participants":"Added"`)},
@@ -103,6 +105,17 @@ func TestDecode(t *testing.T) {
 		}
 		if len(s.UnknownChanges) != 1 || s.UnknownChanges[0].ChangeType != "Teleported" || len(s.Delta) != 0 {
 			t.Fatalf("unknown changes %+v, delta %+v", s.UnknownChanges, s.Delta)
+		}
+	})
+	t.Run("an unknown role is measured in characters, as varchar(32) is", func(t *testing.T) {
+		for _, role := range []string{"Внешнийнаблюдатель", strings.Repeat("Ж", 32), strings.Repeat("𝔑", 32)} { // 36, 64 and 128 bytes
+			s, err := decode(msgWithPayload(valid(`"ActiveParticipants":[{"UserId":"00000000-0000-0000-0000-000000000001","Role":"` + role + `"}]`)))
+			if err != nil {
+				t.Fatalf("role of %d bytes, %d characters: %v", len(role), utf8.RuneCountInString(role), err)
+			}
+			if len(s.Target) != 1 || s.Target[0].Role != role || len(s.UnknownRoles) != 1 {
+				t.Fatalf("target %v, unknown roles %v", s.Target, s.UnknownRoles)
+			}
 		}
 	})
 	t.Run("an exact repeat is folded", func(t *testing.T) {
