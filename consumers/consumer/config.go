@@ -3,6 +3,7 @@ package consumer
 import (
 	"errors"
 	"fmt"
+	"math"
 	"reflect"
 	"strconv"
 	"strings"
@@ -19,15 +20,15 @@ import (
 // Config is a consumer process's configuration (docs/contract.md §2),
 // declared: each field's env tag names its variable, default is its value
 // when unset or empty, required and min/max bound it (ConfigFromEnv;
-// ConfigVars lists them). Durations and RETRY_TIME_SCALE must be > 0; an
-// int64 is a size in bytes (ParseBytes), ≥ 1; an int is a whole number ≥
-// min (default 1).
+// ConfigVars lists them). Durations must be > 0 and RETRY_TIME_SCALE a
+// number > 0 and ≤ MaxRetryTimeScale; an int64 is a size in bytes
+// (ParseBytes), ≥ 1; an int is a whole number ≥ min (default 1).
 type Config struct {
 	Brokers        string        `env:"KAFKA_BOOTSTRAP_SERVERS" required:"true" help:"broker list"`
 	DatabaseURL    string        `env:"DATABASE_URL" required:"true" help:"PostgreSQL URL or key=value string"`
 	HTTPAddr       string        `env:"HTTP_ADDR" help:"/metrics, /healthz, /readyz (default: the service's)"`
 	LogLevel       zerolog.Level `env:"LOG_LEVEL" default:"info" help:"trace … error"`
-	RetryTimeScale float64       `env:"RETRY_TIME_SCALE" default:"1" help:"multiplies every retry delay"`
+	RetryTimeScale float64       `env:"RETRY_TIME_SCALE" default:"1" help:"multiplies every retry delay (> 0, ≤ 1000)"`
 	// Kafka holds every other KAFKA_<PROPERTY> as a librdkafka property
 	// (package kafkaenv).
 	Kafka kafka.ConfigMap
@@ -94,6 +95,15 @@ const (
 	DefaultQueueBytes       = 2 << 20
 	DefaultTransactionBytes = 2 << 20
 )
+
+// MaxRetryTimeScale bounds RETRY_TIME_SCALE. The scale shrinks the delays
+// (0.001 in tests and drills) or stretches them; a thousandfold already
+// takes the longest retry-later step (crm's 16 min) to 11 days and the
+// world's 60 s backoff to 17 hours. ConfigFromEnv refuses a larger one
+// (exit 2) rather than clamp what an operator wrote: +Inf or 1e300 would
+// overflow a time.Duration (292 years) into a negative delay, a retry
+// without any wait. New clamps a Config built by hand to it.
+const MaxRetryTimeScale = 1000
 
 // ConfigError is a missing or invalid setting; the process exits 2.
 type ConfigError struct {
@@ -179,10 +189,10 @@ func (f configField) set(c *Config, v string) error {
 			return errors.New("is not a boolean (true, false)")
 		}
 		dst.SetBool(b)
-	case *float64:
+	case *float64: // RETRY_TIME_SCALE, the one
 		x, err := strconv.ParseFloat(v, 64)
-		if err != nil || !(x > 0) {
-			return errors.New("is not a number > 0")
+		if err != nil || !(x > 0 && x <= MaxRetryTimeScale) { // also NaN and ±Inf
+			return fmt.Errorf("is not a number > 0 and ≤ %d", MaxRetryTimeScale)
 		}
 		dst.SetFloat(x)
 	case *zerolog.Level:
@@ -216,7 +226,8 @@ func (f configField) set(c *Config, v string) error {
 }
 
 // withDefaults returns c with each number below its bound (a zero
-// Config's) at its default: New runs a Config built without ConfigFromEnv.
+// Config's) at its default, and a RetryTimeScale above MaxRetryTimeScale
+// (+Inf) at it: New runs a Config built without ConfigFromEnv.
 func (c Config) withDefaults() Config {
 	cv, dv := reflect.ValueOf(&c).Elem(), reflect.ValueOf(defaultConfig())
 	for _, f := range configFields() {
@@ -226,8 +237,11 @@ func (c Config) withDefaults() Config {
 				v.Set(dv.Field(f.index))
 			}
 		case reflect.Float64:
-			if !(v.Float() > 0) {
+			switch x := v.Float(); {
+			case !(x > 0): // also NaN
 				v.Set(dv.Field(f.index))
+			case x > MaxRetryTimeScale:
+				v.SetFloat(MaxRetryTimeScale)
 			}
 		}
 	}
@@ -325,7 +339,13 @@ func ParseBytes(v string) (int64, error) {
 	return n * mult, nil
 }
 
-// scale multiplies a retry delay by RETRY_TIME_SCALE.
+// scale multiplies a retry delay by RETRY_TIME_SCALE. A product beyond a
+// time.Duration (a long CONSUMER_PARKED_POLL at a large scale) is the
+// longest Duration, never the negative one a conversion would give.
 func (c Config) scale(d time.Duration) time.Duration {
-	return time.Duration(float64(d) * c.RetryTimeScale)
+	x := float64(d) * c.RetryTimeScale
+	if x >= math.MaxInt64 {
+		return math.MaxInt64
+	}
+	return time.Duration(x)
 }

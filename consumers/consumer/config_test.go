@@ -2,6 +2,7 @@ package consumer
 
 import (
 	"errors"
+	"math"
 	"reflect"
 	"strings"
 	"testing"
@@ -183,11 +184,21 @@ func TestConfigFromEnv(t *testing.T) {
 		"database":   {[]string{"KAFKA_BOOTSTRAP_SERVERS=x"}, "DATABASE_URL"},
 		"scale ≤ 0":  {append(base, "RETRY_TIME_SCALE=-1"), "RETRY_TIME_SCALE"},
 		"scale text": {append(base, "RETRY_TIME_SCALE=x"), "RETRY_TIME_SCALE"},
-		"level":      {append(base, "LOG_LEVEL=chatty"), "LOG_LEVEL"},
-		"batch":      {append(base, "CONSUMER_BATCH_SIZE=0"), "CONSUMER_BATCH_SIZE"},
-		"tx 0":       {append(base, "CONSUMER_TRANSACTIONS=0"), "CONSUMER_TRANSACTIONS"},
-		"tx < 0":     {append(base, "CONSUMER_TRANSACTIONS=-1"), "CONSUMER_TRANSACTIONS"},
-		"tx text":    {append(base, "CONSUMER_TRANSACTIONS=many"), "CONSUMER_TRANSACTIONS"},
+		// Not finite, or beyond MaxRetryTimeScale: a scaled delay would
+		// overflow a time.Duration into a negative one (no wait at all).
+		"scale +Inf":        {append(base, "RETRY_TIME_SCALE=+Inf"), "RETRY_TIME_SCALE"},
+		"scale inf":         {append(base, "RETRY_TIME_SCALE=inf"), "RETRY_TIME_SCALE"},
+		"scale Infinity":    {append(base, "RETRY_TIME_SCALE=Infinity"), "RETRY_TIME_SCALE"},
+		"scale -Inf":        {append(base, "RETRY_TIME_SCALE=-Inf"), "RETRY_TIME_SCALE"},
+		"scale NaN":         {append(base, "RETRY_TIME_SCALE=NaN"), "RETRY_TIME_SCALE"},
+		"scale 1e400":       {append(base, "RETRY_TIME_SCALE=1e400"), "RETRY_TIME_SCALE"},
+		"scale 1e300":       {append(base, "RETRY_TIME_SCALE=1e300"), "RETRY_TIME_SCALE"},
+		"scale above bound": {append(base, "RETRY_TIME_SCALE=1000.5"), "RETRY_TIME_SCALE"},
+		"level":             {append(base, "LOG_LEVEL=chatty"), "LOG_LEVEL"},
+		"batch":             {append(base, "CONSUMER_BATCH_SIZE=0"), "CONSUMER_BATCH_SIZE"},
+		"tx 0":              {append(base, "CONSUMER_TRANSACTIONS=0"), "CONSUMER_TRANSACTIONS"},
+		"tx < 0":            {append(base, "CONSUMER_TRANSACTIONS=-1"), "CONSUMER_TRANSACTIONS"},
+		"tx text":           {append(base, "CONSUMER_TRANSACTIONS=many"), "CONSUMER_TRANSACTIONS"},
 	}
 	for name, c := range bad {
 		t.Run("invalid "+name, func(t *testing.T) {
@@ -196,7 +207,40 @@ func TestConfigFromEnv(t *testing.T) {
 			if !errors.As(err, &ce) || ce.Var != c.name {
 				t.Fatalf("err = %v, want a ConfigError naming %s", err, c.name)
 			}
+			if c.name == "RETRY_TIME_SCALE" && (strings.Contains(err.Error(), "\n") || !strings.HasPrefix(err.Error(), "RETRY_TIME_SCALE: ")) {
+				t.Fatalf("err = %q, want one line naming RETRY_TIME_SCALE", err)
+			}
 		})
+	}
+	t.Run("scale bound", func(t *testing.T) {
+		_, err := ConfigFromEnv(append(base, "RETRY_TIME_SCALE=+Inf"), "")
+		if want := "RETRY_TIME_SCALE: is not a number > 0 and ≤ 1000"; err == nil || err.Error() != want {
+			t.Fatalf("err = %v, want %q (the bound named)", err, want)
+		}
+		c, err := ConfigFromEnv(append(base, "RETRY_TIME_SCALE=1000"), "")
+		if err != nil || c.scale(time.Minute) != 1000*time.Minute {
+			t.Fatalf("RETRY_TIME_SCALE=1000 (the bound): %v, scales 1m to %v", err, c.scale(time.Minute))
+		}
+	})
+}
+
+// A Config built by hand: New clamps a RetryTimeScale above the bound (+Inf
+// included) to it and takes NaN as the default; a product beyond a
+// time.Duration is the longest one, never a negative delay.
+func TestRetryTimeScaleNeverMakesANegativeDelay(t *testing.T) {
+	for _, c := range []struct{ in, want float64 }{{math.Inf(1), MaxRetryTimeScale}, {1e300, MaxRetryTimeScale}, {math.NaN(), 1}, {0.5, 0.5}} {
+		if got := (Config{RetryTimeScale: c.in}).withDefaults().RetryTimeScale; got != c.want {
+			t.Errorf("RetryTimeScale %v: runs with %v, want %v", c.in, got, c.want)
+		}
+	}
+	c := Config{RetryTimeScale: MaxRetryTimeScale}
+	for _, d := range []time.Duration{math.MaxInt64 / 10, math.MaxInt64} {
+		if got := c.scale(d); got != math.MaxInt64 {
+			t.Errorf("scale(%v) at %v = %v, want the longest Duration", d, c.RetryTimeScale, got)
+		}
+	}
+	if got := c.scale(16 * time.Minute); got != 16000*time.Minute {
+		t.Errorf("scale(16m) = %v", got)
 	}
 }
 
