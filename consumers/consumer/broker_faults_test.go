@@ -264,19 +264,22 @@ func waitHits(t *testing.T, fault *kfake.FaultHandle, n int) {
 // librdkafka backs off and fetches again (after looking the leader up
 // again, for NOT_LEADER_OR_FOLLOWER), and nothing is applied twice. On
 // OFFSET_OUT_OF_RANGE it resets the partitions to their low watermark
-// (auto.offset.reset=earliest) and fetches what the workers had already:
-// the runtime drops a message at or below the last offset it handed to a
-// worker, so nothing runs twice there either.
+// (auto.offset.reset=earliest) and fetches from there again: what the
+// workers had already comes back, and since the runtime cannot tell that
+// log from a truncated or recreated one whose offsets hold other messages
+// (TestAPositionMovedBackHandsOverEveryMessageAgain), it hands them over
+// again and their marks skip them: applied once, read twice.
 func TestFetchErrorsForAWhile(t *testing.T) {
 	t.Parallel()
 	for _, c := range []struct {
-		err  *kerr.Error
-		name string
+		err    *kerr.Error
+		name   string
+		reread bool // the position reset to the start: duplicates skipped by their marks
 	}{
-		{kerr.NotLeaderForPartition, "NOT_LEADER_OR_FOLLOWER"},
-		{kerr.UnknownServerError, "UNKNOWN_SERVER_ERROR"},
-		{kerr.KafkaStorageError, "KAFKA_STORAGE_ERROR"},
-		{kerr.OffsetOutOfRange, "OFFSET_OUT_OF_RANGE"},
+		{kerr.NotLeaderForPartition, "NOT_LEADER_OR_FOLLOWER", false},
+		{kerr.UnknownServerError, "UNKNOWN_SERVER_ERROR", false},
+		{kerr.KafkaStorageError, "KAFKA_STORAGE_ERROR", false},
+		{kerr.OffsetOutOfRange, "OFFSET_OUT_OF_RANGE", true},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
@@ -292,8 +295,12 @@ func TestFetchErrorsForAWhile(t *testing.T) {
 			waitHits(t, fault, 3)
 			fault.Remove()
 			e.checkExactlyOnce(leadID, 30, r)
-			if got := r.Counter("pin_consumer_messages_total", map[string]string{"outcome": "skipped-duplicate"}); got != 0 {
-				t.Fatalf("skipped-duplicate = %v, want 0: nothing ran twice", got)
+			dups := r.Counter("pin_consumer_messages_total", map[string]string{"outcome": "skipped-duplicate"})
+			switch {
+			case !c.reread && dups != 0:
+				t.Fatalf("skipped-duplicate = %v, want 0: nothing ran twice", dups)
+			case c.reread && dups > 15:
+				t.Fatalf("skipped-duplicate = %v, want at most the 15 applied before the reset", dups)
 			}
 			if got := commits(r, "", "failed"); got != 0 {
 				t.Fatalf("offset_commits_total{failed} = %v, want 0", got)
