@@ -14,10 +14,12 @@ import (
 	"database/sql"
 	"fmt"
 	"io"
+	"math"
 	"net/url"
 	"os"
 	"path/filepath"
 	"runtime"
+	"runtime/debug"
 	"slices"
 	"sort"
 	"strconv"
@@ -102,11 +104,33 @@ type Options struct {
 // loop too) and are recorded with the run. It needs the consumer binaries
 // beside pinctl (devenv.BinDir) and PostgreSQL's server binaries.
 func Run(ctx context.Context, o Options) error {
+	ownGoDefaults(os.Environ())
 	if o.Chats <= 0 {
 		o.Chats = max(100, o.Events/20)
 	}
 	b := &benchmark{Options: o}
 	return b.run(ctx)
+}
+
+// ownGoDefaults puts pinctl's own Go runtime back on Go's defaults when
+// environ sets GOGC, GOMEMLIMIT or GOMAXPROCS: those are the consumers'
+// knobs (recorded with the run), and the runtime read them for pinctl too
+// at its start. pinctl runs the broker and the paced producer; under a
+// consumer's GOMEMLIMIT=96MiB its collector ran without pause (1.0–1.2
+// cores in the paced runs against 0.3–0.4) and the half-load p99 was the
+// bench's own (session 28, bench/README.md).
+func ownGoDefaults(environ []string) {
+	for _, kv := range environ {
+		k, _, _ := strings.Cut(kv, "=")
+		switch k {
+		case "GOGC":
+			debug.SetGCPercent(100)
+		case "GOMEMLIMIT":
+			debug.SetMemoryLimit(math.MaxInt64)
+		case "GOMAXPROCS":
+			runtime.GOMAXPROCS(runtime.NumCPU())
+		}
+	}
 }
 
 // benchmark is one run of the benchmark.

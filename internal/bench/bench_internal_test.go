@@ -5,6 +5,8 @@ import (
 	"math"
 	"os"
 	"os/exec"
+	"runtime"
+	"runtime/debug"
 	"slices"
 	"strings"
 	"testing"
@@ -543,5 +545,26 @@ func TestPacedRunCountsStalls(t *testing.T) {
 	n, longest := stalls(recs, dbAt)
 	if n != 1 || longest != 130 {
 		t.Fatalf("stalls %d, longest %v ms; want 1 of 130 ms (the idle 100 ms before the last message is not one)", n, longest)
+	}
+}
+
+// The consumers' Go knobs in the environment are theirs: pinctl, which
+// runs the broker and the paced producer, goes back to Go's defaults.
+func TestTheConsumersGoKnobsAreNotPinctls(t *testing.T) {
+	before, beforeLimit, beforeProcs := debug.SetGCPercent(400), debug.SetMemoryLimit(96<<20), runtime.GOMAXPROCS(1)
+	defer func() {
+		debug.SetGCPercent(before)
+		debug.SetMemoryLimit(beforeLimit)
+		runtime.GOMAXPROCS(beforeProcs)
+	}()
+	ownGoDefaults([]string{"KAFKA_X=1", "GOMEMLIMIT=96MiB", "GOGC=400", "GOMAXPROCS=1"})
+	if got := debug.SetMemoryLimit(-1); got != math.MaxInt64 {
+		t.Errorf("pinctl's memory limit %d, want none", got)
+	}
+	if got := debug.SetGCPercent(100); got != 100 {
+		t.Errorf("pinctl's GOGC %d, want 100", got)
+	}
+	if got := runtime.GOMAXPROCS(0); got != runtime.NumCPU() {
+		t.Errorf("pinctl's GOMAXPROCS %d, want %d", got, runtime.NumCPU())
 	}
 }
