@@ -122,11 +122,11 @@ func migrateStatus(ctx context.Context, args []string) error {
 			"migrations create (public), without the revision table; not compared: what the\n"+
 			"open-source Atlas library does not inspect (views, functions, triggers, grants,\n"+
 			"policies). Changes nothing on --url. Exit 0 when the database could be read,\n"+
-			"drift or not, and when the drift check could not run (no local PostgreSQL\n"+
+			"drift or not, and when no dev database could be had (no local PostgreSQL\n"+
 			"server binaries, say): it then prints `drift: not checked: REASON`. Exit 1 on\n"+
-			"drift with --exit-code, and when a check asked for by --exit-code, --dev-url\n"+
-			"or --drift could not run; 1 with one line on stderr when the database cannot\n"+
-			"be reached.")
+			"drift with --exit-code, when a check asked for by --exit-code, --dev-url or\n"+
+			"--drift could not run, when the check failed on the dev database, and with one\n"+
+			"line on stderr when the database cannot be reached.")
 	db := databaseURLFlags(fs)
 	devURL := fs.String("dev-url", "", "empty database to replay the applied files on (default: a throwaway local PostgreSQL); exit 1 when the drift check cannot run on it")
 	dirPath := dirFlag(fs, "", embeddedDirDoc)
@@ -156,10 +156,13 @@ func migrateStatus(ctx context.Context, args []string) error {
 	}
 	st.Drift, err = checkDrift(ctx, url, *devURL, dir, st)
 	migrate.WriteStatus(os.Stdout, st)
+	if err != nil && !errors.As(err, new(noDevDatabase)) {
+		return fmt.Errorf("migrate status: drift check: %w", err) // the check ran and failed: say so, exit 1
+	}
 	if err != nil {
-		// The database was read: a drift check that could not run is
-		// said, and fails the command only when the command line asked
-		// for it (docs/contract.md §1).
+		// The database was read and no dev database could be had: the
+		// check that could not run is said, and fails the command only
+		// when the command line asked for it (docs/contract.md §1).
 		fmt.Printf("drift: not checked: %s\n", oneLine(err))
 		switch {
 		case ctx.Err() != nil, *devURL != "", flagGiven(fs, "drift"):
@@ -191,18 +194,30 @@ func checkDrift(ctx context.Context, url, devURL string, dir atlasmigrate.Dir, s
 }
 
 // checkDev is devDatabase for the checks status and plan go on without:
-// when no throwaway local PostgreSQL starts, its error says how to get a
-// dev database.
+// when no throwaway local PostgreSQL starts, its error (a noDevDatabase)
+// says how to get a dev database.
 func checkDev(ctx context.Context, devURL string) (url string, stop func(), err error) {
 	if devURL != "" {
 		return devURL, func() {}, nil
 	}
 	srv, stop, err := startLocal(ctx, "pinctl-dev-*")
 	if err != nil {
-		return "", nil, fmt.Errorf("no dev database: a throwaway local PostgreSQL did not start (%w); pass --dev-url URL or install PostgreSQL's server binaries", err)
+		return "", nil, noDevDatabase{err}
 	}
 	return srv.URL("postgres"), stop, nil
 }
+
+// noDevDatabase is checkDev's failure to start a throwaway PostgreSQL: the
+// one failure status and plan go on without. A check that ran and failed
+// (a pending file that fails on the dev database, a replay that does) is
+// not one.
+type noDevDatabase struct{ err error }
+
+func (e noDevDatabase) Error() string {
+	return fmt.Sprintf("no dev database: a throwaway local PostgreSQL did not start (%v); pass --dev-url URL or install PostgreSQL's server binaries", e.err)
+}
+
+func (e noDevDatabase) Unwrap() error { return e.err }
 
 // flagGiven reports whether the command line set the flag name.
 func flagGiven(fs *flag.FlagSet, name string) bool {
@@ -223,9 +238,9 @@ func migratePlan(ctx context.Context, args []string) error {
 			"apply. Changes nothing on --url. Lint runs on an empty dev database: --dev-url,\n"+
 			"or a throwaway local PostgreSQL; when it cannot run (no local PostgreSQL server\n"+
 			"binaries, say), the SQL is printed with `lint: not run: REASON`. Exit 0 when\n"+
-			"the database could be read, whatever the findings, linted or not (1 when lint\n"+
-			"cannot run on --dev-url's database); 1 with one line on stderr when the\n"+
-			"database cannot be reached.")
+			"the database could be read, whatever the findings, linted or not; 1 when lint\n"+
+			"cannot run on --dev-url's database, when a pending file fails on the dev\n"+
+			"database, and with one line on stderr when the database cannot be reached.")
 	db := databaseURLFlags(fs)
 	devURL := fs.String("dev-url", "", "empty database to lint on (default: a throwaway local PostgreSQL); exit 1 when lint cannot run on it")
 	dirPath := dirFlag(fs, "", embeddedDirDoc)
@@ -252,6 +267,9 @@ func migratePlan(ctx context.Context, args []string) error {
 		return nil
 	}
 	p, err := lintPlan(ctx, *devURL, dir, st)
+	if err != nil && !errors.As(err, new(noDevDatabase)) {
+		return fmt.Errorf("migrate plan: %w", err) // lint ran and failed (a pending file fails on the dev database): exit 1
+	}
 	if err != nil {
 		// The database was read: the SQL is printed unlinted, saying
 		// why; it fails the command only on --dev-url's database.

@@ -153,7 +153,7 @@ func TestMigrateWithoutADevDatabase(t *testing.T) {
 			name:   "status with a --dev-url that cannot be reached: exit 1",
 			args:   []string{"status", "--url", migrated, "--dev-url", unreachable},
 			code:   1,
-			stdout: []string{"pending: none (up to date)", "drift: not checked: dev database: cannot reach database"},
+			stdout: []string{"pending: none (up to date)"},
 			stderr: "migrate status: drift check: dev database: cannot reach database",
 		},
 		{
@@ -172,8 +172,7 @@ func TestMigrateWithoutADevDatabase(t *testing.T) {
 			name:   "plan with a --dev-url that cannot be reached: exit 1",
 			args:   []string{"plan", "--url", empty, "--dev-url", unreachable},
 			code:   1,
-			stdout: []string{"lint: not run: dev database: cannot reach database", `CREATE TABLE "chats"`},
-			stderr: "migrate plan: lint: dev database: cannot reach database",
+			stderr: "migrate plan: dev database: cannot reach database",
 		},
 		{
 			name:   "status of an unreachable database exits 1 with one line",
@@ -186,6 +185,61 @@ func TestMigrateWithoutADevDatabase(t *testing.T) {
 			args:   []string{"plan", "--url", unreachable},
 			code:   1,
 			stderr: "cannot reach database",
+		},
+	})
+}
+
+// A pending file that fails on the dev database is a finding of the
+// check, not a check that could not run: plan exits 1 saying so, with a
+// throwaway PostgreSQL or --dev-url's. Only where no dev database can be
+// had does plan print the SQL unlinted and exit 0.
+func TestMigratePlanOfAFileThatFailsExitsOne(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	src := filepath.Join("..", "..", "migrate", "migrations")
+	files, err := filepath.Glob(filepath.Join(src, "*.sql"))
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no migration files in %s: %v", src, err)
+	}
+	for _, f := range append(files, filepath.Join(src, "atlas.sum")) {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, filepath.Base(f)), b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	broken := `ALTER TABLE "no_such_table" ADD COLUMN "x" integer NULL;` + "\n"
+	if err := os.WriteFile(filepath.Join(dir, "20991231000000_broken.sql"), []byte(broken), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	migrated := pgtest.NewDB(t)
+	dev := pgtest.NewEmptyDB(t)
+	runMigrate(t, nil, []migrateCase{
+		{
+			name:   "the directory rehashed",
+			args:   []string{"hash", "--dir", dir},
+			stdout: []string{"atlas.sum"},
+		},
+		{
+			name:   "on a throwaway PostgreSQL: exit 1, naming the file",
+			args:   []string{"plan", "--url", migrated, "--dir", dir},
+			code:   1,
+			stderr: "20991231000000_broken.sql",
+		},
+		{
+			name:   "on --dev-url's database: exit 1",
+			args:   []string{"plan", "--url", migrated, "--dir", dir, "--dev-url", dev},
+			code:   1,
+			stderr: "20991231000000_broken.sql",
+		},
+	})
+	runMigrate(t, []string{"PG_BIN=" + filepath.Join(t.TempDir(), "none")}, []migrateCase{
+		{
+			name:   "with no dev database to be had: the SQL unlinted, exit 0",
+			args:   []string{"plan", "--url", migrated, "--dir", dir},
+			stdout: []string{"lint: not run: no dev database: ", `ALTER TABLE "no_such_table"`},
 		},
 	})
 }
