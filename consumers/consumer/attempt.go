@@ -277,21 +277,30 @@ func (p *inRow) done(it *item) bool {
 	return true
 }
 
-// skipUnknown removes the row of a message whose EventType no route
-// takes any more, as its partition would skip it
-// (skipped-unknown-event-type, no mark, a replay processes it again).
-func (p *inRow) skipUnknown(it *item) {
-	if err := p.tx.ParkedMessage.DeleteOne(p.row).Exec(p.ctx); err != nil {
-		p.pushBack(it, p.row.UnexpectedFailures, err)
-		return
+// unroutedRecheck is how long a parked row of an EventType this release
+// does not route waits before any member looks at it again (times
+// RETRY_TIME_SCALE).
+const unroutedRecheck = time.Minute
+
+// leaveForAnotherRelease puts back the row of a message whose EventType no
+// route of this release takes: a release that routes it parked it (a new
+// one during a rolling update, or one rolled back), and only such a
+// release can finish it. Deleting it would lose it (its offset was
+// committed when it was parked); dead-lettering it would send a valid
+// message to the DLQ. Its attempts and schedule are not touched: this was
+// not an attempt.
+func (p *inRow) leaveForAnotherRelease(it *item) {
+	_ = p.tx.Rollback()
+	r := p.r
+	next := time.Now().Add(r.cfg.scale(unroutedRecheck))
+	r.logFor(it).Warn().Time("next_attempt_at", next).
+		Msg("parked message of an EventType this release does not route: left for a release that does")
+	if err := r.client.ParkedMessage.UpdateOneID(p.row.ID).
+		SetNextAttemptAt(next).
+		SetUpdatedAt(time.Now()).
+		Exec(p.ctx); err != nil {
+		p.err = err
 	}
-	if err := p.tx.Commit(); err != nil {
-		p.pushBack(it, p.row.UnexpectedFailures, err)
-		return
-	}
-	p.r.m.unknownType.WithLabelValues(UnknownEventType).Inc()
-	it.outcome = SkippedUnknownEventType
-	p.r.finish(it, nil)
 }
 
 // park moves the row to its next retry-later step.

@@ -202,9 +202,10 @@ func (r *Runtime) redriveOne(ctx context.Context) (bool, error) {
 	case it.msg == nil: // cannot happen for a row we parked; never loop on it
 		h.deadLetter(it, EnvelopeInvalid, cmp.Or(it.decodeErr, errors.New("parked message cannot be decoded")))
 	case !it.routed:
-		// Parked by a release that routed its EventType, re-driven by one
-		// that does not: what its partition does with it now.
-		h.skipUnknown(it)
+		// Parked by a release that routes its EventType, met by one that
+		// does not (an old pod during a rolling update, a rollback): left
+		// for a release that does, never deleted or dead-lettered.
+		h.leaveForAnotherRelease(it)
 	default:
 		// Its tally so far, from the row: the retry-later steps used, and
 		// the unexpected failures, the last of them when the row was last

@@ -826,34 +826,39 @@ func TestAParkedMessageAppliedMeanwhileIsADuplicateNotADeadLetter(t *testing.T) 
 	}
 }
 
-// A parked message whose EventType no route of this release takes (a
-// route dropped by a release after the message was parked) is what its
-// partition would make of it now: skipped-unknown-event-type, counted
-// under `unknown`, no mark, its row gone; never a dead letter as an
-// unreadable envelope.
-func TestAParkedMessageWhoseRouteIsGoneIsSkippedNotDeadLettered(t *testing.T) {
+// A parked message whose EventType no route of this release takes: a
+// release that routes it parked it (a new pod during a rolling update, or
+// one since rolled back), and only such a release can finish it. This one
+// puts the row back for later, untouched otherwise: never deleted (its
+// offset was committed when it was parked), never a dead letter (it is
+// valid), no mark; a warning says so.
+func TestAParkedMessageOfAnEventTypeThisReleaseDoesNotRouteIsLeftForOneThatDoes(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	id := uuid.New()
 	v := []byte(`{"MessageId":"` + id.String() + `","EventType":"test.dropped","ContractVersion":1,"Payload":{"LeadId":"` + uuid.NewString() + `"}}`)
-	if _, err := e.db.Exec(`INSERT INTO parked_messages (consumer_group, topic, "partition", "offset", value, message_id, event_type, error_code, reason, attempts, next_attempt_at)
-		VALUES ($1, $2, 0, 0, $3, $4, 'test.dropped', 'PROBE_LEAD_NOT_FOUND', 'waiting', 1, now())`, probeGroup, probeTopic, v, id); err != nil {
+	if _, err := e.db.Exec(`INSERT INTO parked_messages (consumer_group, topic, "partition", "offset", value, message_id, event_type, error_code, reason, attempts, schedule_step, next_attempt_at)
+		VALUES ($1, $2, 0, 0, $3, $4, 'test.dropped', 'PROBE_LEAD_NOT_FOUND', 'waiting', 3, 2, now())`, probeGroup, probeTopic, v, id); err != nil {
 		t.Fatal(err)
 	}
-	r := consumertest.Start(t, e.cluster.Bootstrap, e.url, probeService(10*time.Millisecond), consumertest.Options{})
-	kafkatest.Eventually(t, 20*time.Second, func() bool { return e.count(`SELECT count(*) FROM parked_messages`) == 0 }, "the parked row to go")
-	if got := r.Counter("pin_consumer_unknown_event_types_total", map[string]string{"event_type": consumer.UnknownEventType}); got != 1 {
-		t.Fatalf("unknown_event_types_total{event_type=unknown} = %v, want 1", got)
+	var warned atomic.Bool
+	consumertest.Start(t, e.cluster.Bootstrap, e.url, probeService(10*time.Millisecond),
+		consumertest.Options{Logger: watchedLogger("left for a release that does", &warned)})
+	kafkatest.Eventually(t, 20*time.Second, func() bool {
+		return e.count(`SELECT count(*) FROM parked_messages WHERE next_attempt_at > now()`) == 1
+	}, "the parked row to be put back for later")
+	if !warned.Load() {
+		t.Error("no warning for the row put back")
 	}
-	if got := r.Counter("pin_consumer_messages_total", map[string]string{"outcome": string(consumer.SkippedUnknownEventType)}); got != 1 {
-		t.Fatalf("messages{skipped-unknown-event-type} = %v, want 1", got)
+	if n := e.count(`SELECT count(*) FROM parked_messages WHERE attempts = 3 AND schedule_step = 2 AND error_code = 'PROBE_LEAD_NOT_FOUND'`); n != 1 {
+		t.Errorf("the row's attempts, schedule or code changed (%d rows as parked)", n)
 	}
 	if n := e.count(`SELECT count(*) FROM processed_messages`); n != 0 {
-		t.Fatalf("%d marks, want none: a replay processes it again", n)
+		t.Errorf("%d marks, want none", n)
 	}
 	time.Sleep(time.Second) // a dead letter would be on its way by now
 	if got := e.cluster.Count(t, probeDLQ); got != 0 {
-		t.Fatalf("DLQ holds %d, want 0: the message is valid, its route gone", got)
+		t.Fatalf("DLQ holds %d, want 0: the message is valid", got)
 	}
 }
 
