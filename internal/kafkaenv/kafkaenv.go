@@ -93,10 +93,11 @@ func Variable(prop string) string {
 }
 
 // ConsumerProtocol reports group.protocol=consumer (KIP-848), the value
-// matched as librdkafka matches it: case-insensitively.
+// matched as librdkafka matches it: spaces around it trimmed,
+// case-insensitively.
 func ConsumerProtocol(cm kafka.ConfigMap) bool {
 	protocol, _ := cm["group.protocol"].(string)
-	return strings.EqualFold(protocol, "consumer")
+	return strings.EqualFold(strings.TrimSpace(protocol), "consumer")
 }
 
 // classicOnly are the consumer properties librdkafka (2.11,
