@@ -285,9 +285,30 @@ func TestFetchErrorsForAWhile(t *testing.T) {
 			t.Parallel()
 			e := kfakeEnv(t)
 			leadID := e.lead()
-			r := e.start(probeService(long...), consumertest.Options{})
+			// One message a batch: each is acked on its own, so a re-read
+			// stores offsets below the ones stored before.
+			r := e.start(probeService(long...), consumertest.Options{BatchSize: 1})
 			e.produceN(leadID, 15)
 			e.waitCommitted(15)
+			before := e.cluster.Committed(t, probeGroup, probeTopic)
+			var mu sync.Mutex
+			lowest := map[int32]int64{} // per partition, the lowest offset a commit carried since
+			commitsSeen := e.cluster.Kfake().Fault(kfake.Fault{
+				Keys: []kmsg.Key{kmsg.OffsetCommit}, Group: probeGroup, Observe: true, Count: -1,
+				When: func(req kmsg.Request) bool {
+					mu.Lock()
+					defer mu.Unlock()
+					for _, tp := range req.(*kmsg.OffsetCommitRequest).Topics {
+						for _, p := range tp.Partitions {
+							if o, ok := lowest[p.Partition]; !ok || p.Offset < o {
+								lowest[p.Partition] = p.Offset
+							}
+						}
+					}
+					return true
+				},
+			})
+			defer commitsSeen.Remove()
 			fault := e.cluster.Kfake().Fault(kfake.Fault{
 				Keys: []kmsg.Key{kmsg.Fetch}, Topic: probeTopic, Err: c.err, Count: -1,
 			})
@@ -301,6 +322,20 @@ func TestFetchErrorsForAWhile(t *testing.T) {
 				t.Fatalf("skipped-duplicate = %v, want 0: nothing ran twice", dups)
 			case c.reread && dups > 15:
 				t.Fatalf("skipped-duplicate = %v, want at most the 15 applied before the reset", dups)
+			}
+			if c.reread && dups > 0 {
+				// The position moved back: the committed offset followed it
+				// (commitBelow), or a restart meanwhile would have resumed
+				// past messages of the new position not yet handled.
+				mu.Lock()
+				followed := false
+				for p, o := range lowest {
+					followed = followed || o < before[p]
+				}
+				mu.Unlock()
+				if !followed {
+					t.Fatalf("no commit below the offsets committed before the reset (%v; lowest since %v)", before, lowest)
+				}
 			}
 			if got := commits(r, "", "failed"); got != 0 {
 				t.Fatalf("offset_commits_total{failed} = %v, want 0", got)

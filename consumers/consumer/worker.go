@@ -80,6 +80,13 @@ type worker struct {
 	abandoned    atomic.Bool  // drain budget spent: its late acks are ignored
 	lastProgress atomic.Int64 // unix nanos
 	stopOnce     sync.Once
+
+	// stored is the offset ack stored last (0: none yet), and commitLow
+	// says an offset stored below an earlier one still has to be
+	// committed explicitly (ack). Acks of a partition come one after
+	// another, from its worker or the lane that runs its batch.
+	stored    atomic.Int64
+	commitLow atomic.Bool
 }
 
 // mayMeetMarks reports whether the partition's next transaction is
@@ -433,12 +440,33 @@ func (w *worker) ack(offset kafka.Offset) {
 	if _, err := w.r.consumer.StoreOffsets([]kafka.TopicPartition{tp}); err != nil {
 		w.r.log.Debug().Err(err).Int32("partition", tp.Partition).Msg("store offset failed (partition revoked?)")
 	} else {
+		if prev := w.stored.Swap(int64(tp.Offset)); int64(tp.Offset) < prev {
+			w.commitLow.Store(true)
+		}
+		if w.commitLow.Load() {
+			w.commitBelow(tp)
+		}
 		select { // the committer commits it soon
 		case w.r.commitReq <- struct{}{}:
 		default: // a commit is asked for already
 		}
 	}
 	w.lastProgress.Store(time.Now().UnixNano())
+}
+
+// commitBelow commits tp's offset explicitly: an offset stored below one
+// stored before (the partition's position moved back, dispatch) is one
+// librdkafka's commits of stored offsets leave out while it is not above
+// the offset committed last, so a restart in between would resume past
+// the messages of the new position not yet handled. Once one such commit
+// succeeded, the committed offset follows the stored ones again.
+func (w *worker) commitBelow(tp kafka.TopicPartition) {
+	if _, err := w.r.consumer.CommitOffsets([]kafka.TopicPartition{tp}); err != nil {
+		w.r.log.Warn().Err(err).Int32("partition", tp.Partition).Int64("offset", int64(tp.Offset)).
+			Msg("commit of an offset below the last committed failed: tried again with the next")
+		return
+	}
+	w.commitLow.Store(false)
 }
 
 // sleep waits d, or less when the worker is stopping; it reports whether
