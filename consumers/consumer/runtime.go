@@ -315,6 +315,13 @@ func (r *Runtime) Run(ctx context.Context) error {
 			<-served
 		}()
 	}
+	// librdkafka checks a consumer's settings against each other only as
+	// it creates one (max.poll.interval.ms under session.timeout.ms, …):
+	// a client without bootstrap servers contacts no broker, so such a
+	// refusal ends the start here, exit 2, before any broker is touched.
+	if err := dryConsumer(r.consumerConfig()); err != nil {
+		return &ConfigError{Var: kafkaenv.Variables(err, r.kafkaConfig(nil)), Err: err}
+	}
 	// Brokers that refuse the credentials or the TLS handshake would
 	// otherwise be retried in silence: one clear error, and the process
 	// exits.
@@ -563,6 +570,20 @@ func (r *Runtime) left() bool {
 		return !member
 	}
 	return !r.awaitingAssign
+}
+
+// dryConsumer creates and closes a consumer of cm without its bootstrap
+// servers, and silent: it contacts no broker and logs nothing, and
+// reports what librdkafka refuses in cm.
+func dryConsumer(cm kafka.ConfigMap) error {
+	dry := maps.Clone(cm)
+	delete(dry, "bootstrap.servers")
+	dry["log_level"] = 0
+	c, err := kafka.NewConsumer(&dry)
+	if err != nil {
+		return err
+	}
+	return c.Close()
 }
 
 // isFatal reports a fatal Kafka error (pollLoop's): the client can no

@@ -755,6 +755,9 @@ func TestMainExitsTwoOnBadConfigurationBeforeTouchingKafka(t *testing.T) {
 		"unknown kafka property": {"KAFKA_BOOTSTRAP_SERVERS=127.0.0.1:1", "DATABASE_URL=postgres://x/y", "KAFKA_NO_SUCH_PROPERTY=1"},
 		"kafka property value":   {"KAFKA_BOOTSTRAP_SERVERS=127.0.0.1:1", "DATABASE_URL=postgres://x/y", "KAFKA_SESSION_TIMEOUT_MS=soon"},
 		"kafka property range":   {"KAFKA_BOOTSTRAP_SERVERS=127.0.0.1:1", "DATABASE_URL=postgres://x/y", "KAFKA_SESSION_TIMEOUT_MS=0"},
+		// A consumer's settings against each other: librdkafka checks them
+		// only as it creates a consumer, after the broker check's 30 s.
+		"kafka consumer settings": {"KAFKA_BOOTSTRAP_SERVERS=127.0.0.1:1", "DATABASE_URL=postgres://x/y", "KAFKA_MAX_POLL_INTERVAL_MS=1000"},
 	}
 	// A librdkafka property it refuses is named by its variable.
 	named := map[string]string{"unknown kafka property": "KAFKA_NO_SUCH_PROPERTY", "kafka property value": "KAFKA_SESSION_TIMEOUT_MS", "kafka property range": "KAFKA_SESSION_TIMEOUT_MS"}
