@@ -66,10 +66,7 @@ func TestAPoisonMessageAmongGoodOnesIsDeadLetteredOnceOthersSucceed(t *testing.T
 func TestAFailureThatHitsEveryMessagePausesAndDeadLettersNothing(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	if _, err := e.db.Exec(`CREATE FUNCTION boom() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN RAISE EXCEPTION 'boom'; END $$;
-		CREATE TRIGGER boom BEFORE INSERT ON lead_events FOR EACH ROW EXECUTE FUNCTION boom()`); err != nil {
-		t.Fatal(err)
-	}
+	e.failEveryFeedInsert("boom")
 	leads := map[uuid.UUID]int{}
 	for p := int32(0); p < 3; p++ {
 		for i := 0; i < 3; i++ {
@@ -108,10 +105,7 @@ func TestAFailureThatHitsEveryMessagePausesAndDeadLettersNothing(t *testing.T) {
 func TestReadyzFailsAWaitingPartitionOnlyPastItsThreshold(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	if _, err := e.db.Exec(`CREATE FUNCTION boom_ready() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN RAISE EXCEPTION 'boom'; END $$;
-		CREATE TRIGGER boom_ready BEFORE INSERT ON lead_events FOR EACH ROW EXECUTE FUNCTION boom_ready()`); err != nil {
-		t.Fatal(err)
-	}
+	e.failEveryFeedInsert("boom_ready")
 	l := e.lead()
 	_, v := envelope(l, "")
 	e.produce(0, v)
@@ -158,11 +152,7 @@ func TestAnIdlePartitionIsNotStuckWhenAMessageArrives(t *testing.T) {
 	id, held := envelope(l, "hold")
 	h := holdMessage(t, id)
 	e.produce(0, held)
-	select {
-	case <-h.started:
-	case <-time.After(30 * time.Second):
-		t.Fatal("the held message did not start")
-	}
+	h.awaitStarted(t)
 	arrived := time.Now()
 	if code, body := f.get("/readyz"); code != http.StatusOK && time.Since(arrived) < threshold/2 {
 		t.Fatalf("/readyz %d %q just after a message reached a partition idle past CONSUMER_STUCK_AFTER, want 200", code, body)

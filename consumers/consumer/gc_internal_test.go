@@ -77,27 +77,12 @@ func TestTuneGCSetsAndRestoresTheKnobs(t *testing.T) {
 		t.Errorf("memory limit = %d, want at least the floor %d", got, GCHeapFloor)
 	}
 	// A heap that outgrows the floor: the limit follows it.
-	hold := make([][]byte, 0, 64)
-	for range 48 {
-		hold = append(hold, make([]byte, 1<<20))
-	}
-	runtime.GC()
-	deadline := time.Now().Add(5 * time.Second)
-	for debug.SetMemoryLimit(-1) < 48<<20+GCHeapFloor/2 {
-		if time.Now().After(deadline) {
-			t.Fatalf("limit %d did not follow a live heap of 48 MiB", debug.SetMemoryLimit(-1))
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	hold := liveMiB(48)
+	awaitGC(t, func() bool { return debug.SetMemoryLimit(-1) >= 48<<20+GCHeapFloor/2 }, "the limit to follow a live heap of 48 MiB")
 	runtime.KeepAlive(hold)
 
 	cancel()
-	for gogc() != 100 || debug.SetMemoryLimit(-1) != math.MaxInt64 {
-		if time.Now().After(deadline) {
-			t.Fatalf("knobs not restored: GOGC %d, limit %d", gogc(), debug.SetMemoryLimit(-1))
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	awaitGC(t, func() bool { return gogc() == 100 && debug.SetMemoryLimit(-1) == math.MaxInt64 }, "the knobs restored")
 }
 
 // An operator's GOMEMLIMIT (here set on the runtime, as Go does from the
@@ -124,24 +109,33 @@ func TestTuneGCKeepsTheOperatorsMemoryLimitAsItsCeiling(t *testing.T) {
 		t.Errorf("ceiling = %d, want %d", got, ceiling)
 	}
 	// A heap past the floor: the limit follows it up to the ceiling only.
-	hold := make([][]byte, 0, 64)
-	for range 32 {
-		hold = append(hold, make([]byte, 1<<20))
-	}
-	runtime.GC()
-	deadline := time.Now().Add(5 * time.Second)
-	for debug.SetMemoryLimit(-1) != ceiling {
-		if time.Now().After(deadline) {
-			t.Fatalf("limit %d with a live heap of 32 MiB, want the ceiling %d", debug.SetMemoryLimit(-1), ceiling)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	hold := liveMiB(32)
+	awaitGC(t, func() bool { return debug.SetMemoryLimit(-1) == ceiling }, "the limit at the ceiling with a live heap of 32 MiB")
 	runtime.KeepAlive(hold)
 
 	cancel()
-	for gogc() != 100 || debug.SetMemoryLimit(-1) != ceiling {
+	awaitGC(t, func() bool { return gogc() == 100 && debug.SetMemoryLimit(-1) == ceiling }, "the knobs restored")
+}
+
+// liveMiB allocates n MiB that the next collection finds live (keep the
+// result alive), and runs that collection.
+func liveMiB(n int) [][]byte {
+	hold := make([][]byte, 0, n)
+	for range n {
+		hold = append(hold, make([]byte, 1<<20))
+	}
+	runtime.GC()
+	return hold
+}
+
+// awaitGC waits up to 5 s for cond (the tuner acts every gcTuneInterval),
+// failing the test with what it waited for and the limit it found.
+func awaitGC(t *testing.T, cond func() bool, what string) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for !cond() {
 		if time.Now().After(deadline) {
-			t.Fatalf("knobs not restored: GOGC %d, limit %d", gogc(), debug.SetMemoryLimit(-1))
+			t.Fatalf("waited 5 s for %s; memory limit %d, GOGC %d", what, debug.SetMemoryLimit(-1), gogc())
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
@@ -172,11 +166,5 @@ func TestTuneGCLastToEndRestores(t *testing.T) {
 		t.Fatalf("GOGC = %d after the first ended with the second running, want %d", got, gcPercent)
 	}
 	endSecond()
-	deadline := time.Now().Add(5 * time.Second)
-	for gogc() != 100 || debug.SetMemoryLimit(-1) != math.MaxInt64 {
-		if time.Now().After(deadline) {
-			t.Fatalf("knobs not restored after the last ended: GOGC %d, limit %d", gogc(), debug.SetMemoryLimit(-1))
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	awaitGC(t, func() bool { return gogc() == 100 && debug.SetMemoryLimit(-1) == math.MaxInt64 }, "the knobs restored after the last ended")
 }

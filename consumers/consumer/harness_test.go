@@ -86,6 +86,27 @@ func holdMessage(t *testing.T, id uuid.UUID) hold {
 // Release lets the held handler go on.
 func (h hold) Release() { h.once.Do(func() { close(h.release) }) }
 
+// awaitStarted waits up to 30 s for the held handler to start.
+func (h hold) awaitStarted(t *testing.T) {
+	t.Helper()
+	select {
+	case <-h.started:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the held message's handler did not start")
+	}
+}
+
+// failEveryFeedInsert makes every insert into lead_events fail with an
+// error the runtime does not know (a trigger named name), as a bug in a
+// statement would: a failure every message meets.
+func (e *env) failEveryFeedInsert(name string) {
+	e.t.Helper()
+	if _, err := e.db.Exec(`CREATE FUNCTION ` + name + `() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN RAISE EXCEPTION 'boom'; END $$;
+		CREATE TRIGGER ` + name + ` BEFORE INSERT ON lead_events FOR EACH ROW EXECUTE FUNCTION ` + name + `()`); err != nil {
+		e.t.Fatal(err)
+	}
+}
+
 type probePayload struct {
 	LeadID uuid.UUID `json:"LeadId"`
 	Mode   string    // "", "invalid", "conflict", "panic", "second-layer", "bug", "flaky", "slow", "hold", "unstorable", "drop-marks", "fields-panic", "invalid-fields-panic"

@@ -39,11 +39,7 @@ func TestABacklogOfLargeRecordsIsBoundedByBytesNotCount(t *testing.T) {
 	before := heap()
 
 	r := e.start(probeService(long...), consumertest.Options{})
-	select {
-	case <-h.started:
-	case <-time.After(30 * time.Second):
-		t.Fatal("the held message did not start")
-	}
+	h.awaitStarted(t)
 	kafkatest.Eventually(t, 30*time.Second, func() bool {
 		return r.Counter("pin_consumer_paused_partitions", nil) == 1
 	}, "the partition to pause on its byte budget")

@@ -38,11 +38,7 @@ func TestALargeRecordBehindABusyOneIsNotFetchedAgainAndAgain(t *testing.T) {
 	var resumes atomic.Int64
 	log := zerolog.New(resumeCounter{&resumes}).Level(zerolog.DebugLevel)
 	e.start(probeService(long...), consumertest.Options{Logger: &log})
-	select {
-	case <-h.started:
-	case <-time.After(30 * time.Second):
-		t.Fatal("the held message did not start")
-	}
+	h.awaitStarted(t)
 	fetches := fc.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Fetch}, Observe: true, Count: -1})
 	time.Sleep(5 * time.Second)
 	fetches.Remove()

@@ -26,11 +26,7 @@ func queueBehindAHold(t *testing.T, e *env, leadID uuid.UUID, p1, p2 []string) (
 	h := holdMessage(t, id)
 	e.produce(0, v)
 	r := consumertest.Start(t, e.cluster.Bootstrap, e.url, (&preparing{}).service, consumertest.Options{Transactions: 1})
-	select {
-	case <-h.started:
-	case <-time.After(30 * time.Second):
-		t.Fatal("the held message's handler did not start")
-	}
+	h.awaitStarted(t)
 	for p, modes := range map[int32][]string{1: p1, 2: p2} {
 		for _, mode := range modes {
 			_, v := envelope(leadID, mode)
