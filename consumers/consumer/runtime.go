@@ -320,7 +320,7 @@ func (r *Runtime) Run(ctx context.Context) error {
 	// a client without bootstrap servers contacts no broker, so such a
 	// refusal ends the start here, exit 2, before any broker is touched.
 	if err := dryConsumer(r.consumerConfig()); err != nil {
-		return &ConfigError{Var: kafkaenv.Variables(err, r.kafkaConfig(nil)), Err: err}
+		return r.kafkaConfigError(err)
 	}
 	// Brokers that refuse the credentials or the TLS handshake would
 	// otherwise be retried in silence: one clear error, and the process
@@ -330,7 +330,7 @@ func (r *Runtime) Run(ctx context.Context) error {
 			return nil
 		}
 		if errors.Is(err, kafkaenv.ErrConfig) {
-			return &ConfigError{Var: kafkaenv.Variables(err, r.kafkaConfig(nil)), Err: err}
+			return r.kafkaConfigError(err)
 		}
 		return err
 	}
@@ -340,7 +340,7 @@ func (r *Runtime) Run(ctx context.Context) error {
 	r.static = staticMember(cm)
 	c, err := kafka.NewConsumer(&cm)
 	if err != nil {
-		return &ConfigError{Var: kafkaenv.Variables(err, r.kafkaConfig(nil)), Err: err}
+		return r.kafkaConfigError(err)
 	}
 	r.consumer = c
 	closed := false
@@ -357,7 +357,7 @@ func (r *Runtime) Run(ctx context.Context) error {
 	defer stopCommitter()
 
 	if r.dlq, err = newDLQProducer(r.kafkaConfig(nil), r.svc, r.log); err != nil {
-		return &ConfigError{Var: kafkaenv.Variables(err, r.kafkaConfig(nil)), Err: err}
+		return r.kafkaConfigError(err)
 	}
 	r.dlq.missing = func(n int) { r.m.dlqMissing.Set(float64(n)) }
 	defer r.dlq.close()
@@ -570,6 +570,12 @@ func (r *Runtime) left() bool {
 		return !member
 	}
 	return !r.awaitingAssign
+}
+
+// kafkaConfigError is a setting librdkafka refused, named by the KAFKA_*
+// variables of the properties its error names (exit 2).
+func (r *Runtime) kafkaConfigError(err error) *ConfigError {
+	return &ConfigError{Var: kafkaenv.Variables(err, r.kafkaConfig(nil)), Err: err}
 }
 
 // dryConsumer creates and closes a consumer of cm without its bootstrap
