@@ -49,6 +49,17 @@ func runBench(ctx context.Context, args []string) error {
 	fs.DurationVar(&o.Timeout, "timeout", 30*time.Minute, "how long a consumer may take to commit the last offset")
 	fs.StringVar(&o.Results, "results", filepath.Join("bench", "results"), "directory of the JSON results (<date>.json)")
 	fs.Uint64Var(&o.Seed, "seed", 1, "seed of the load generator")
+	fs.Func("ids", "the ids the producers mint (MessageIds, new BondIds): v4 (random, the default) or v7 (time-ordered UUIDv7s)", func(s string) error {
+		switch s {
+		case "v4":
+			o.TimeOrderedIDs = false
+		case "v7":
+			o.TimeOrderedIDs = true
+		default:
+			return fmt.Errorf("%q is neither v4 nor v7", s)
+		}
+		return nil
+	})
 	fs.BoolVar(&o.Keep, "keep", false, "keep the work directory (consumer logs, paced-run CSVs, PostgreSQL data)")
 	fs.DurationVar(&o.DBLatency, "db-latency", 0, "round trip added to PostgreSQL, for the consumer and the benchmark's own connections alike (a delaying proxy in pinctl), e.g. 1ms; 0: none")
 	fs.BoolVar(&o.Profile, "profile", false, "profiles of each max run, kept in the work directory (implies --keep): the consumer's CPU (from the partitions' assignment, top 15 printed) and heap allocations, and PostgreSQL's statements by pg_stat_statements (top 8 printed)")

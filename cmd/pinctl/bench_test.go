@@ -120,13 +120,13 @@ func TestBenchLatencyAndProfile(t *testing.T) {
 	defer cancel()
 	cmd := exec.CommandContext(ctx, filepath.Join(bin, "pinctl"), "bench",
 		"--events", "300", "--only", "rewards", "--paced", "2s", "--paced-rate", "150", "--results", results,
-		"--db-latency", "1ms", "--profile", "--profile-seconds", "1", "--pg", "shared_buffers=64MB", "--pg", "min_wal_size=32MB")
+		"--db-latency", "1ms", "--profile", "--profile-seconds", "1", "--pg", "shared_buffers=64MB", "--pg", "min_wal_size=32MB", "--ids", "v7")
 	cmd.Env = benchEnv()
 	out := runExpecting(t, cmd,
 		"PostgreSQL 1ms away (--db-latency)",
 		"with pg_stat_statements (--profile), shared_buffers=64MB, min_wal_size=32MB",
 		"segments ready for reuse (min_wal_size 32MB)",
-		"consumer knobs: CONSUMER_PPROF=true KAFKA_FETCH_WAIT_MAX_MS=5 db_latency_ms=1",
+		"consumer knobs: CONSUMER_PPROF=true KAFKA_FETCH_WAIT_MAX_MS=5 db_latency_ms=1 ids=v7",
 		"with pg_stat_statements (--profile)",
 		"profiles of the max run (--profile)",
 		"PostgreSQL over the max run, per event:",
@@ -152,6 +152,7 @@ func TestBenchLatencyAndProfile(t *testing.T) {
 		{"db_latency_ms recorded", run.DBLatencyMs == 1 && run.Knobs["db_latency_ms"] == "1"},
 		{"profile_seconds recorded", run.Profile == 1},
 		{"--pg recorded", run.Knobs["postgres shared_buffers"] == "64MB"},
+		{"--ids recorded", run.Knobs["ids"] == "v7"},
 		{"a --pg min_wal_size wins over the bench's", run.Knobs["postgres min_wal_size"] == "32MB"},
 		{"the proxy forwarded the consumer's statements", r.Consumer.DBProxy != nil && r.Consumer.DBProxy.ToPostgres > 0 && r.Consumer.DBProxy.FromPostgres > 0},
 		{"statements per event counted", r.Consumer.StatementsPerEvent > 0},
@@ -194,6 +195,17 @@ func TestBenchRefusesSettingsTheRunOwns(t *testing.T) {
 		if err == nil || !strings.Contains(string(out), "not a --pg setting") || strings.Contains(string(out), "▸") {
 			t.Fatalf("bench --pg %s: %v\n%s", kv, err, out)
 		}
+	}
+}
+
+// An --ids the load cannot mint is refused before anything starts.
+func TestBenchRefusesUnknownIDs(t *testing.T) {
+	bin := builtBinaries(t)
+	cmd := exec.Command(filepath.Join(bin, "pinctl"), "bench", "--events", "10", "--results", t.TempDir(), "--ids", "v5")
+	cmd.Env = benchEnv()
+	out, err := cmd.CombinedOutput()
+	if err == nil || !strings.Contains(string(out), `"v5" is neither v4 nor v7`) || strings.Contains(string(out), "▸") {
+		t.Fatalf("bench --ids v5: %v\n%s", err, out)
 	}
 }
 

@@ -108,7 +108,10 @@ func SelectionSharedPayload(selection, agent, investor uuid.UUID, action, title 
 
 // BondCreated is a pin.referral.bond-created event.
 func BondCreated(bond, referred, referrer uuid.UUID, version int64, at time.Time) Event {
-	id := uuid.New()
+	return bondCreated(uuid.New(), bond, referred, referrer, version, at)
+}
+
+func bondCreated(id, bond, referred, referrer uuid.UUID, version int64, at time.Time) Event {
 	return Event{
 		Topic: rewards.Topic, Key: []byte(referred.String()), MessageID: id,
 		Value: Envelope(id, rewards.EventTypeBondCreated, "ReferralBond", bond, at, BondCreatedPayload(bond, referred, referrer, version, at)),
@@ -118,7 +121,10 @@ func BondCreated(bond, referred, referrer uuid.UUID, version int64, at time.Time
 // BondClosed is a pin.referral.bond-closed event. A Replaced bond names
 // the bond that replaced it (replacedBy; uuid.Nil leaves the member out).
 func BondClosed(bond, referred uuid.UUID, status string, replacedBy uuid.UUID, version int64, at time.Time) Event {
-	id := uuid.New()
+	return bondClosed(uuid.New(), bond, referred, status, replacedBy, version, at)
+}
+
+func bondClosed(id, bond, referred uuid.UUID, status string, replacedBy uuid.UUID, version int64, at time.Time) Event {
 	p := BondClosedPayload(bond, referred, status, version)
 	if replacedBy != uuid.Nil {
 		p["ReplacedByBondId"] = replacedBy
@@ -145,7 +151,10 @@ type Change struct {
 
 // LeadParticipantsChanged is a pin.crm.lead-participants-changed event.
 func LeadParticipantsChanged(lead uuid.UUID, version int64, active []Participant, delta []Change, at time.Time) Event {
-	id := uuid.New()
+	return leadParticipantsChanged(uuid.New(), lead, version, active, delta, at)
+}
+
+func leadParticipantsChanged(id, lead uuid.UUID, version int64, active []Participant, delta []Change, at time.Time) Event {
 	return Event{
 		Topic: messenger.Topic, Key: []byte(lead.String()), MessageID: id,
 		Value: Envelope(id, messenger.EventType, "Lead", lead, at, LeadParticipantsPayload(lead, version, active, delta, at)),
@@ -154,7 +163,10 @@ func LeadParticipantsChanged(lead uuid.UUID, version int64, active []Participant
 
 // SelectionShared is a pin.selections.selection-shared event.
 func SelectionShared(selection, agent, investor uuid.UUID, action, title string, objects int, at time.Time) Event {
-	id := uuid.New()
+	return selectionShared(uuid.New(), selection, agent, investor, action, title, objects, at)
+}
+
+func selectionShared(id, selection, agent, investor uuid.UUID, action, title string, objects int, at time.Time) Event {
 	return Event{
 		Topic: crm.Topic, Key: []byte(selection.String()), MessageID: id,
 		Value: Envelope(id, crm.EventType, "Selection", selection, at, SelectionSharedPayload(selection, agent, investor, action, title, objects, at)),

@@ -17,6 +17,9 @@ type Load struct {
 	rng   *rand.Rand
 	start time.Time
 	n     int
+	// newID mints the ids a producer mints as it publishes: every
+	// MessageId, and the BondId of a new bond (uuid.New; TimeOrdered).
+	newID func() uuid.UUID
 
 	// rewards: open bonds (referred → bond, version) to close later
 	bonds []bond
@@ -43,7 +46,7 @@ var roles = []string{"CoAgent", "Assistant", "Lawyer", "InvestorSecondary", "Res
 
 // NewLoad prepares traffic over chats lead chats and leads CRM leads.
 func NewLoad(seed uint64, chats, leads int) *Load {
-	l := &Load{rng: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)), start: time.Now().UTC()}
+	l := &Load{rng: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)), start: time.Now().UTC(), newID: uuid.New}
 	for i := 0; i < chats; i++ {
 		l.leads = append(l.leads, &leadState{lead: uuid.New(), chat: uuid.New(), members: []Participant{
 			{uuid.New(), "Executor"}, {uuid.New(), "InvestorPrimary"},
@@ -54,6 +57,13 @@ func NewLoad(seed uint64, chats, leads int) *Load {
 	}
 	return l
 }
+
+// TimeOrdered makes the ids the producers mint, MessageIds and new
+// BondIds, UUIDv7s (time-ordered, ascending in this process) instead of
+// random ones: what a producer choosing them would publish. The ids of
+// users, leads, chats and selections stay random: other services minted
+// them long before.
+func (l *Load) TimeOrdered() { l.newID = func() uuid.UUID { return uuid.Must(uuid.NewV7()) } }
 
 // Setup provisions the chats and leads the traffic refers to.
 func (l *Load) Setup() []Step {
@@ -109,17 +119,17 @@ func (l *Load) Rewards() Event {
 		if l.rng.IntN(2) == 0 {
 			status, by = "Replaced", uuid.New()
 		}
-		return BondClosed(b.id, b.referred, status, by, b.version+1, l.at())
+		return bondClosed(l.newID(), b.id, b.referred, status, by, b.version+1, l.at())
 	case r < 25 && len(l.bonds) > 0:
 		b := l.bonds[l.rng.IntN(len(l.bonds))]
-		return BondCreated(b.id, b.referred, uuid.New(), b.version, l.at())
+		return bondCreated(l.newID(), b.id, b.referred, uuid.New(), b.version, l.at())
 	}
-	b := bond{uuid.New(), uuid.New(), 1}
+	b := bond{l.newID(), uuid.New(), 1}
 	l.bonds = append(l.bonds, b)
 	if len(l.bonds) > 10000 { // keep memory flat on long runs
 		l.bonds = l.bonds[len(l.bonds)-10000:]
 	}
-	return BondCreated(b.id, b.referred, uuid.New(), 1, l.at())
+	return bondCreated(l.newID(), b.id, b.referred, uuid.New(), 1, l.at())
 }
 
 // Messenger: the next snapshot of a random lead: add, remove or re-role one
@@ -147,7 +157,7 @@ func (l *Load) Messenger() Event {
 		}
 	}
 	active := append([]Participant(nil), s.members...)
-	return LeadParticipantsChanged(s.lead, s.version, active, delta, l.at())
+	return leadParticipantsChanged(l.newID(), s.lead, s.version, active, delta, l.at())
 }
 
 // CRM: a share (70 %) or an open (30 %) of a selection over an Active lead.
@@ -157,5 +167,5 @@ func (l *Load) CRM() Event {
 	if l.rng.IntN(10) < 3 {
 		action = "Opened"
 	}
-	return SelectionShared(uuid.New(), p.agent, p.investor, action, "Selection", 1+l.rng.IntN(30), l.at())
+	return selectionShared(l.newID(), uuid.New(), p.agent, p.investor, action, "Selection", 1+l.rng.IntN(30), l.at())
 }

@@ -76,6 +76,10 @@ type Options struct {
 	Timeout  time.Duration // how long a consumer may take to commit the last offset
 	Results  string        // directory of the JSON results (<date>.json)
 	Seed     uint64        // seed of the load generator
+	// TimeOrderedIDs makes the load's MessageIds and new BondIds UUIDv7s
+	// (demo.Load.TimeOrdered) instead of random ones: what the index
+	// growth of N would be with producers minting time-ordered ids.
+	TimeOrderedIDs bool
 	Keep     bool          // keep the work directory (consumer logs, paced-run CSVs, PostgreSQL data)
 	Env      []string      // KEY=VALUE for the consumer process, after pinctl's own environment
 	DBParams string        // extra query parameters of the consumer's DATABASE_URL
@@ -338,6 +342,9 @@ func (b *benchmark) consumerEnv() {
 	if b.DBLatency > 0 {
 		b.knobs["db_latency_ms"] = strconv.FormatFloat(float64(b.DBLatency)/float64(time.Millisecond), 'f', -1, 64)
 	}
+	if b.TimeOrderedIDs {
+		b.knobs["ids"] = "v7"
+	}
 	if b.DBParams != "" {
 		dbURL += "&" + b.DBParams
 		b.knobs["DATABASE_URL params"] = b.DBParams
@@ -396,6 +403,9 @@ func (b *benchmark) runService(ctx context.Context, t demo.Topic) (*serviceResul
 
 	// The realistic load and what it needs provisioned.
 	load := demo.NewLoad(b.Seed, b.Chats, b.Leads)
+	if b.TimeOrderedIDs {
+		load.TimeOrdered()
+	}
 	for _, st := range load.Setup() {
 		if _, err := b.db.ExecContext(ctx, st.SQL, st.SQLArgs...); err != nil {
 			return nil, fmt.Errorf("%s: %w", st.Say, err)
