@@ -17,8 +17,8 @@ type Load struct {
 	rng   *rand.Rand
 	start time.Time
 	n     int
-	// newID mints the ids a producer mints as it publishes: every
-	// MessageId, and the BondId of a new bond (uuid.New; TimeOrdered).
+	// newID mints the ids born with an event: every MessageId, and a new
+	// bond's BondId and referred user (uuid.New; TimeOrdered).
 	newID func() uuid.UUID
 
 	// rewards: open bonds (referred → bond, version) to close later
@@ -58,11 +58,12 @@ func NewLoad(seed uint64, chats, leads int) *Load {
 	return l
 }
 
-// TimeOrdered makes the ids the producers mint, MessageIds and new
-// BondIds, UUIDv7s (time-ordered, ascending in this process) instead of
-// random ones: what a producer choosing them would publish. The ids of
-// users, leads, chats and selections stay random: other services minted
-// them long before.
+// TimeOrdered makes the ids born with an event UUIDv7s (time-ordered,
+// ascending in this process) instead of random ones: every MessageId, a
+// new bond's BondId, and its referred user's id (a bond is created when
+// the referred user signs up through the referral, so the user service
+// minted that id moments before). The ids of referrers, leads, chats,
+// agents and selections stay random: minted long before their events.
 func (l *Load) TimeOrdered() { l.newID = func() uuid.UUID { return uuid.Must(uuid.NewV7()) } }
 
 // Setup provisions the chats and leads the traffic refers to.
@@ -124,7 +125,7 @@ func (l *Load) Rewards() Event {
 		b := l.bonds[l.rng.IntN(len(l.bonds))]
 		return bondCreated(l.newID(), b.id, b.referred, uuid.New(), b.version, l.at())
 	}
-	b := bond{l.newID(), uuid.New(), 1}
+	b := bond{l.newID(), l.newID(), 1}
 	l.bonds = append(l.bonds, b)
 	if len(l.bonds) > 10000 { // keep memory flat on long runs
 		l.bonds = l.bonds[len(l.bonds)-10000:]

@@ -8,9 +8,9 @@ import (
 	"github.com/google/uuid"
 )
 
-// The load's ids: random by default; with TimeOrdered, every MessageId and
-// every BondId a UUIDv7, the MessageIds each above the one before, while
-// the referred users' ids stay random.
+// The load's ids: random by default; with TimeOrdered, every MessageId,
+// BondId and referred user's id a UUIDv7, the MessageIds each above the
+// one before.
 func TestLoadMintsRandomOrTimeOrderedIDs(t *testing.T) {
 	type minted struct{ message, bond, referred uuid.UUID }
 	mint := func(l *Load, n int) []minted {
@@ -33,8 +33,8 @@ func TestLoadMintsRandomOrTimeOrderedIDs(t *testing.T) {
 	}
 
 	for _, m := range mint(NewLoad(1, 1, 1), 200) {
-		if m.message.Version() != 4 || m.bond.Version() != 4 {
-			t.Fatalf("default load: MessageId %s, BondId %s: want random (v4) ids", m.message, m.bond)
+		if m.message.Version() != 4 || m.bond.Version() != 4 || m.referred.Version() != 4 {
+			t.Fatalf("default load: MessageId %s, BondId %s, ReferredUserId %s: want random (v4) ids", m.message, m.bond, m.referred)
 		}
 	}
 
@@ -49,8 +49,8 @@ func TestLoadMintsRandomOrTimeOrderedIDs(t *testing.T) {
 			t.Fatalf("event %d: MessageId %s not above the one before, %s", i, m.message, last)
 		}
 		last = m.message
-		if m.referred.Version() != 4 {
-			t.Fatalf("event %d: ReferredUserId %s: want a random id", i, m.referred)
+		if m.referred.Version() != 7 {
+			t.Fatalf("event %d: ReferredUserId %s is not a UUIDv7", i, m.referred)
 		}
 		if m.bond.Version() != 7 { // a close or a repeat names a bond the load minted
 			t.Fatalf("event %d: BondId %s is not a UUIDv7", i, m.bond)

@@ -76,9 +76,10 @@ type Options struct {
 	Timeout  time.Duration // how long a consumer may take to commit the last offset
 	Results  string        // directory of the JSON results (<date>.json)
 	Seed     uint64        // seed of the load generator
-	// TimeOrderedIDs makes the load's MessageIds and new BondIds UUIDv7s
-	// (demo.Load.TimeOrdered) instead of random ones: what the index
-	// growth of N would be with producers minting time-ordered ids.
+	// TimeOrderedIDs makes the ids born with the load's events (every
+	// MessageId, a new bond's BondId and referred user) UUIDv7s
+	// (demo.Load.TimeOrdered) instead of random ones: what the indexes'
+	// growth with N would be with producers minting time-ordered ids.
 	TimeOrderedIDs bool
 	Keep     bool          // keep the work directory (consumer logs, paced-run CSVs, PostgreSQL data)
 	Env      []string      // KEY=VALUE for the consumer process, after pinctl's own environment
