@@ -28,6 +28,7 @@ import (
 	"time"
 
 	"github.com/confluentinc/confluent-kafka-go/v2/kafka"
+	"golang.org/x/sys/unix"
 
 	"github.com/pin-platform/pin/consumers/demo"
 	"github.com/pin-platform/pin/internal/devenv"
@@ -76,14 +77,14 @@ type Options struct {
 	Timeout  time.Duration // how long a consumer may take to commit the last offset
 	Results  string        // directory of the JSON results (<date>.json)
 	Seed     uint64        // seed of the load generator
+	Keep     bool          // keep the work directory (consumer logs, paced-run CSVs, PostgreSQL data)
+	Env      []string      // KEY=VALUE for the consumer process, after pinctl's own environment
+	DBParams string        // extra query parameters of the consumer's DATABASE_URL
 	// TimeOrderedIDs makes the ids born with the load's events (every
 	// MessageId, a new bond's BondId and referred user) UUIDv7s
 	// (demo.Load.TimeOrdered) instead of random ones: what the indexes'
 	// growth with N would be with producers minting time-ordered ids.
 	TimeOrderedIDs bool
-	Keep     bool          // keep the work directory (consumer logs, paced-run CSVs, PostgreSQL data)
-	Env      []string      // KEY=VALUE for the consumer process, after pinctl's own environment
-	DBParams string        // extra query parameters of the consumer's DATABASE_URL
 	// PGSettings are server settings (KEY=VALUE, as postgres -c takes
 	// them) for the run's PostgreSQL, e.g. shared_buffers=1GB; the
 	// durability settings must stay on.
@@ -739,14 +740,16 @@ func (b *benchmark) outcomes(ctx context.Context, t demo.Topic, w *offsetWatcher
 
 // settle leaves the database with no maintenance owed before a run of a
 // consumer (which: the max run or the paced run): VACUUM (ANALYZE) of every
-// table with rows (live or dead), then a CHECKPOINT, and reports how long
-// that took.
+// table with rows (live or dead), then a CHECKPOINT, then sync(2), and
+// reports how long that took.
+//
 //   - Before the max run, it does the previous consumers' maintenance.
 //     Without it autovacuum worked off their writes during the next one's
 //     runs: in one run of the three, during crm's paced run it vacuumed
 //     messenger's tables, rewards' bonds (47 MB of WAL, 7,554 full pages)
 //     and the marks (735,000 rows), and crm's p99 was 133 ms against 60
 //     alone, the per-second p99 rising as the vacuum went on.
+//
 //   - Before the paced run, it does the max run's: its N events take the
 //     marks and the consumer's tables past autovacuum's thresholds, and
 //     autovacuum visits the database every autovacuum_naptime (1 min). In
@@ -758,6 +761,15 @@ func (b *benchmark) outcomes(ctx context.Context, t demo.Topic, w *offsetWatcher
 //     run's burst; production pays that maintenance at autovacuum's
 //     visits, and the bench keeps its PostgreSQL CPU per max-run event
 //     (maintenance_postgres_cpu_us_per_event).
+//
+//   - sync(2) writes the machine's dirty pages out now: the consumer's
+//     log above all (about 500 bytes an event: 0.5 GB after a 1M max
+//     run). Left to the kernel, they went out 30 s after they were
+//     written (vm.dirty_expire_centisecs), inside the paced run, and
+//     PostgreSQL's commit flushes waited behind them: every partition
+//     stalled 170–240 ms in four of six paced runs after a 1M max run
+//     with time-ordered ids, the second the kernel wrote 470 MB (session
+//     29).
 //
 // What a run's own writes bring on during it stays in it (autovacuum, a
 // checkpoint), as do the CHECKPOINT's aftermath (the first change of each
@@ -808,5 +820,6 @@ func (b *benchmark) settle(ctx context.Context, before string) (seconds float64,
 	if _, err := b.db.ExecContext(ctx, `CHECKPOINT`); err != nil {
 		return 0, fmt.Errorf("settle the database before the %s: CHECKPOINT: %w", before, err)
 	}
+	unix.Sync()
 	return time.Since(start).Seconds(), nil
 }
