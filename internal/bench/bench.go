@@ -462,7 +462,7 @@ func (b *benchmark) runService(ctx context.Context, t demo.Topic) (*serviceResul
 	if r.Consumer.SettleS, err = b.settle(ctx, "max run"); err != nil {
 		return nil, err
 	}
-	b.say("  database settled in %.1f s (VACUUM (ANALYZE), CHECKPOINT)", r.Consumer.SettleS)
+	b.say("  database settled in %.1f s (VACUUM (ANALYZE), CHECKPOINT, sync)", r.Consumer.SettleS)
 	logPath := filepath.Join(b.work, t.Service+"-consumer.log")
 	pr, t0, err := b.startConsumer(t.Service, logPath)
 	if err != nil {
@@ -767,7 +767,7 @@ func (b *benchmark) outcomes(ctx context.Context, t demo.Topic, w *offsetWatcher
 //     run). Left to the kernel, they went out 30 s after they were
 //     written (vm.dirty_expire_centisecs), inside the paced run, and
 //     PostgreSQL's commit flushes waited behind them: every partition
-//     stalled 170–240 ms in four of six paced runs after a 1M max run
+//     stalled 150–240 ms in six of ten paced runs after a 1M max run
 //     with time-ordered ids, the second the kernel wrote 470 MB (session
 //     29).
 //
