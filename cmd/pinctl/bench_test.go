@@ -6,9 +6,12 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/google/uuid"
 
 	"github.com/pin-platform/pin/internal/bench"
 	"github.com/pin-platform/pin/migrate/localpg"
@@ -141,6 +144,20 @@ func TestBenchLatencyAndProfile(t *testing.T) {
 	for _, f := range []string{"rewards-consumer-cpu.pprof", "rewards-consumer-allocs.pprof", "rewards-statements.txt"} {
 		if st, err := os.Stat(filepath.Join(work, f)); err != nil || st.Size() == 0 {
 			t.Errorf("%s: %v", f, err)
+		}
+	}
+	// --ids v7: the consumer was given time-ordered MessageIds.
+	consumed, err := os.ReadFile(filepath.Join(work, "rewards-consumer.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids := regexp.MustCompile(`"MessageId":"([0-9a-f-]{36})"`).FindAllSubmatch(consumed, -1)
+	if len(ids) == 0 {
+		t.Fatal("no MessageId in the consumer's log")
+	}
+	for _, m := range ids {
+		if id := uuid.MustParse(string(m[1])); id.Version() != 7 {
+			t.Fatalf("--ids v7: the consumer logged MessageId %s, a v%d", id, id.Version())
 		}
 	}
 	run := oneBenchRun(t, results)

@@ -17,8 +17,9 @@ type Load struct {
 	rng   *rand.Rand
 	start time.Time
 	n     int
-	// newID mints the ids born with an event: every MessageId, and a new
-	// bond's BondId and referred user (uuid.New; TimeOrdered).
+	// newID mints the ids born with an event: every MessageId, a new
+	// bond's BondId and referred user, and the bond that replaced a
+	// closed one (uuid.New; TimeOrdered).
 	newID func() uuid.UUID
 
 	// rewards: open bonds (referred → bond, version) to close later
@@ -62,7 +63,8 @@ func NewLoad(seed uint64, chats, leads int) *Load {
 // ascending in this process) instead of random ones: every MessageId, a
 // new bond's BondId, and its referred user's id (a bond is created when
 // the referred user signs up through the referral, so the user service
-// minted that id moments before). The ids of referrers, leads, chats,
+// minted that id moments before); a Replaced close's ReplacedByBondId.
+// The load's choices (the seeded generator's draws) stay the same. The ids of referrers, leads, chats,
 // agents and selections stay random: minted long before their events.
 func (l *Load) TimeOrdered() { l.newID = func() uuid.UUID { return uuid.Must(uuid.NewV7()) } }
 
@@ -118,7 +120,7 @@ func (l *Load) Rewards() Event {
 		l.bonds = l.bonds[:len(l.bonds)-1]
 		status, by := "Revoked", uuid.Nil
 		if l.rng.IntN(2) == 0 {
-			status, by = "Replaced", uuid.New()
+			status, by = "Replaced", l.newID() // the bond that replaced it: new
 		}
 		return bondClosed(l.newID(), b.id, b.referred, status, by, b.version+1, l.at())
 	case r < 25 && len(l.bonds) > 0:

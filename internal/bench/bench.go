@@ -28,7 +28,6 @@ import (
 	"time"
 
 	"github.com/confluentinc/confluent-kafka-go/v2/kafka"
-	"golang.org/x/sys/unix"
 
 	"github.com/pin-platform/pin/consumers/demo"
 	"github.com/pin-platform/pin/internal/devenv"
@@ -487,7 +486,7 @@ func (b *benchmark) runService(ctx context.Context, t demo.Topic) (*serviceResul
 		return nil, err
 	}
 	r.Consumer.MaintenancePGUsPer = (takeCPU(pr.Pid(), b.postmaster).postgres - cpuBefore.postgres) / float64(r.Events) * 1e6
-	b.say("  database settled again in %.1f s (the max run's maintenance, off the clock: PostgreSQL %.1f µs per max-run event)",
+	b.say("  database settled again in %.1f s (the max run's maintenance and sync, off the clock: PostgreSQL %.1f µs per max-run event)",
 		r.Paced.SettleS, r.Consumer.MaintenancePGUsPer)
 	b.say("  paced at %.0f events/s for %s …", b.pacedRate(r), b.Paced)
 	recs, obs, err := b.pacedRun(ctx, pr.Pid(), w, next, r)
@@ -766,10 +765,10 @@ func (b *benchmark) outcomes(ctx context.Context, t demo.Topic, w *offsetWatcher
 //     log above all (about 500 bytes an event: 0.5 GB after a 1M max
 //     run). Left to the kernel, they went out 30 s after they were
 //     written (vm.dirty_expire_centisecs), inside the paced run, and
-//     PostgreSQL's commit flushes waited behind them: every partition
-//     stalled 150–240 ms in six of ten paced runs after a 1M max run
-//     with time-ordered ids, the second the kernel wrote 470 MB (session
-//     29).
+//     PostgreSQL's commit flushes waited behind them: in six of ten paced
+//     runs after a 1M max run with time-ordered ids, one second's p99
+//     was 181–199 ms and no partition committed for up to 67 ms, the
+//     second the kernel wrote 470 MB (session 29).
 //
 // What a run's own writes bring on during it stays in it (autovacuum, a
 // checkpoint), as do the CHECKPOINT's aftermath (the first change of each
@@ -820,6 +819,6 @@ func (b *benchmark) settle(ctx context.Context, before string) (seconds float64,
 	if _, err := b.db.ExecContext(ctx, `CHECKPOINT`); err != nil {
 		return 0, fmt.Errorf("settle the database before the %s: CHECKPOINT: %w", before, err)
 	}
-	unix.Sync()
+	syncDisks()
 	return time.Since(start).Seconds(), nil
 }

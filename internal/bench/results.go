@@ -86,7 +86,8 @@ type consumerRun struct {
 	// (LOG_LEVEL above info); the broker-only loop's join time stands in.
 	JoinEstimated bool    `json:"join_estimated,omitempty"`
 	StartupS      float64 `json:"startup_seconds"` // start → first event committed in the database
-	// SettleS: the settle before the run (settle), seconds.
+	// SettleS: the settle before the run (settle), seconds; it includes
+	// the sync(2) since 2026-12-07 (cb92b76).
 	// MaintenancePGUsPer: PostgreSQL's CPU in the settle after the run
 	// (the maintenance its N events owed, done before the paced run), µs
 	// per event of the run; in neither PGUsPer nor the ceiling. Both
@@ -314,7 +315,8 @@ type pacedRun struct {
 	Events    int     `json:"events"`
 	CPU       *cpuUse `json:"cpu,omitempty"` // first produce → last offset commit (absent before 2026-11-30 evening)
 	// SettleS: the settle between the max run and this one (settle),
-	// seconds. Absent before 2026-12-06 evening, when there was none.
+	// seconds. Absent before 2026-12-06 evening, when there was none; it
+	// includes the sync(2) since 2026-12-07 (cb92b76).
 	SettleS float64 `json:"settle_seconds,omitempty"`
 	// CPU seconds per paced event over the same span, and the paced
 	// run's transactions (pin_consumer_batch_size), to set against the
