@@ -106,15 +106,11 @@ func TestReadyzFailsAWaitingPartitionOnlyPastItsThreshold(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	e.failEveryFeedInsert("boom_ready")
-	l := e.lead()
-	_, v := envelope(l, "")
-	e.produce(0, v)
 	const threshold = 6 * time.Second
-	run := consumertest.Start(t, e.cluster.Bootstrap, e.url, probeService(long...), consumertest.Options{HTTP: true, StuckAfter: threshold})
-	f := faultWatch{t: t, run: run}
+	_, f := e.startOneWithStuckAfter(threshold)
 	kafkatest.Eventually(t, 60*time.Second, func() bool {
-		return run.Counter("pin_consumer_paused_partitions", nil) == 1 &&
-			run.Counter("pin_consumer_infrastructure_errors_total", map[string]string{"cause": "systemic"}) > 0
+		return f.run.Counter("pin_consumer_paused_partitions", nil) == 1 &&
+			f.run.Counter("pin_consumer_infrastructure_errors_total", map[string]string{"cause": "systemic"}) > 0
 	}, "the partition to wait on cause systemic")
 	waiting := time.Now()
 	if code, body := f.get("/readyz"); code != http.StatusOK && time.Since(waiting) < threshold/2 {
@@ -141,12 +137,8 @@ func TestReadyzFailsAWaitingPartitionOnlyPastItsThreshold(t *testing.T) {
 func TestAnIdlePartitionIsNotStuckWhenAMessageArrives(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	l := e.lead()
-	_, v := envelope(l, "")
-	e.produce(0, v)
 	const threshold = 2 * time.Second
-	run := consumertest.Start(t, e.cluster.Bootstrap, e.url, probeService(long...), consumertest.Options{HTTP: true, StuckAfter: threshold})
-	f := faultWatch{t: t, run: run}
+	l, f := e.startOneWithStuckAfter(threshold)
 	e.waitCommitted(1)
 	time.Sleep(2 * threshold) // idle
 	id, held := envelope(l, "hold")
@@ -159,6 +151,18 @@ func TestAnIdlePartitionIsNotStuckWhenAMessageArrives(t *testing.T) {
 	}
 	h.Release()
 	e.waitCommitted(2)
+}
+
+// startOneWithStuckAfter produces a message of a new lead to partition 0
+// and starts the probe service on it with /readyz and CONSUMER_STUCK_AFTER
+// at threshold; it returns the lead and a watch of the run.
+func (e *env) startOneWithStuckAfter(threshold time.Duration) (uuid.UUID, faultWatch) {
+	e.t.Helper()
+	l := e.lead()
+	_, v := envelope(l, "")
+	e.produce(0, v)
+	run := consumertest.Start(e.t, e.cluster.Bootstrap, e.url, probeService(long...), consumertest.Options{HTTP: true, StuckAfter: threshold})
+	return l, faultWatch{t: e.t, run: run}
 }
 
 // A service's outcome fields (Message.LogFields) that panic, for an
