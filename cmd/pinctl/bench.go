@@ -49,7 +49,7 @@ func runBench(ctx context.Context, args []string) error {
 	fs.DurationVar(&o.Timeout, "timeout", 30*time.Minute, "how long a consumer may take to commit the last offset")
 	fs.StringVar(&o.Results, "results", filepath.Join("bench", "results"), "directory of the JSON results (<date>.json)")
 	fs.Uint64Var(&o.Seed, "seed", 1, "seed of the load generator")
-	fs.Func("ids", "the ids born with an event (MessageIds, a new bond's BondId and referred user): v4 (random, the default) or v7 (time-ordered UUIDv7s)", func(s string) error {
+	fs.Func("ids", "the ids born with an event (MessageIds, a new bond's BondId and referred user, the bond replacing a closed one): v4 (random, the default) or v7 (time-ordered UUIDv7s)", func(s string) error {
 		switch s {
 		case "v4":
 			o.TimeOrderedIDs = false

@@ -64,8 +64,9 @@ func NewLoad(seed uint64, chats, leads int) *Load {
 // new bond's BondId, and its referred user's id (a bond is created when
 // the referred user signs up through the referral, so the user service
 // minted that id moments before); a Replaced close's ReplacedByBondId.
-// The load's choices (the seeded generator's draws) stay the same. The ids of referrers, leads, chats,
-// agents and selections stay random: minted long before their events.
+// The ids of referrers, leads, chats, agents and selections stay random:
+// minted long before their events. The load's choices (the seeded
+// generator's draws) stay the same.
 func (l *Load) TimeOrdered() { l.newID = func() uuid.UUID { return uuid.Must(uuid.NewV7()) } }
 
 // Setup provisions the chats and leads the traffic refers to.

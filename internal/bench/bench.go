@@ -80,7 +80,8 @@ type Options struct {
 	Env      []string      // KEY=VALUE for the consumer process, after pinctl's own environment
 	DBParams string        // extra query parameters of the consumer's DATABASE_URL
 	// TimeOrderedIDs makes the ids born with the load's events (every
-	// MessageId, a new bond's BondId and referred user) UUIDv7s
+	// MessageId, a new bond's BondId and referred user, the bond
+	// replacing a closed one) UUIDv7s
 	// (demo.Load.TimeOrdered) instead of random ones: what the indexes'
 	// growth with N would be with producers minting time-ordered ids.
 	TimeOrderedIDs bool
